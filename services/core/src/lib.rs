@@ -1,0 +1,12 @@
+//! unicron-core: the domain model and every decision of unicron.
+//!
+//! This crate is the `quinn-proto` of unicron: pure step functions and plain
+//! data, no I/O, no clock, no unseeded randomness (DESIGN §4). The record
+//! types here mirror the Avro schemas in `schemas/` field for field; the bus
+//! crate proves every one round-trips through its schema.
+
+pub mod records;
+pub mod taxonomy;
+
+pub use records::*;
+pub use taxonomy::{FailureKind, Severity, UnknownSymbol};

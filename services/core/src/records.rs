@@ -1,0 +1,290 @@
+//! The records on unicron's topics (DESIGN §3), one struct per Avro schema in
+//! `schemas/`. Field names, order and optionality match the schemas; times
+//! are event times in milliseconds since the Unix epoch.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::taxonomy::{FailureKind, Severity};
+
+/// Metric samples from one node (`unicron.telemetry`, key: node).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TelemetryBatch {
+    pub cluster: String,
+    pub node: String,
+    pub source: String,
+    pub samples: Vec<MetricSample>,
+}
+
+/// One metric value at one event time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricSample {
+    pub name: String,
+    pub value: f64,
+    pub time_ms: i64,
+    #[serde(default)]
+    pub gpu: Option<i32>,
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub rank: Option<i32>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One log line from a node (`unicron.logs`, key: node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    pub cluster: String,
+    pub node: String,
+    pub time_ms: i64,
+    pub source: String,
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub rank: Option<i32>,
+    #[serde(default)]
+    pub gpu: Option<i32>,
+    pub line: String,
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// Which observation an [`AgentEvent`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentEventKind {
+    Heartbeat,
+    ProcessExit,
+    IterationDone,
+    Unknown,
+}
+
+/// What a node agent observes (`unicron.agent`, key: node).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentEvent {
+    pub cluster: String,
+    pub node: String,
+    pub time_ms: i64,
+    pub kind: AgentEventKind,
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub rank: Option<i32>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub iteration: Option<i64>,
+    #[serde(default)]
+    pub iteration_time_ms: Option<f64>,
+}
+
+/// Which detection method raised a [`FailureEvent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DetectionMethod {
+    LogRule,
+    MetricRule,
+    Heartbeat,
+    ProcessSupervision,
+    Statistical,
+    Unknown,
+}
+
+/// A pointer to one source record, with a bounded excerpt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    #[serde(default)]
+    pub node: Option<String>,
+    pub excerpt: String,
+}
+
+/// One classified, correlated failure (`unicron.failures`, key: cluster).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureEvent {
+    pub id: String,
+    pub cluster: String,
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub gpu: Option<i32>,
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub rank: Option<i32>,
+    pub kind: FailureKind,
+    pub severity: Severity,
+    pub method: DetectionMethod,
+    #[serde(default)]
+    pub rule: Option<String>,
+    pub evidence: Vec<Evidence>,
+    pub first_evidence_ms: i64,
+    pub detected_ms: i64,
+}
+
+/// What a [`ClusterEvent`] changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterEventKind {
+    JobSubmitted,
+    JobUpdated,
+    JobFinished,
+    NodeJoined,
+    NodeRepaired,
+    NodeRemoved,
+    Unknown,
+}
+
+/// One measured point of a job's throughput profile T(x).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ThroughputPoint {
+    pub gpus: i32,
+    pub flops: f64,
+}
+
+/// What the planner needs to know about a training job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub weight: f64,
+    pub min_gpus: i32,
+    pub max_gpus: i32,
+    pub unit_gpus: i32,
+    pub dp_degree: i32,
+    pub checkpoint_interval_s: i64,
+    pub throughput: Vec<ThroughputPoint>,
+}
+
+/// A change of inventory or job set (`unicron.cluster`, key: cluster).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterEvent {
+    pub cluster: String,
+    pub time_ms: i64,
+    pub kind: ClusterEventKind,
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub gpus: Option<i32>,
+    #[serde(default)]
+    pub job_id: Option<String>,
+    #[serde(default)]
+    pub job: Option<JobSpec>,
+}
+
+/// The input record that caused a [`Decision`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trigger {
+    pub kind: String,
+    pub ref_id: String,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// One allocation the planner weighed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alternative {
+    pub allocation: BTreeMap<String, i32>,
+    pub waf: f64,
+    pub objective: f64,
+}
+
+/// One planner decision (`unicron.decisions`, key: cluster).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub id: String,
+    pub cluster: String,
+    pub time_ms: i64,
+    pub trigger: Trigger,
+    pub inputs_digest: String,
+    pub policy: String,
+    pub policy_version: String,
+    pub alternatives: Vec<Alternative>,
+    #[serde(default)]
+    pub chosen_index: Option<i32>,
+    #[serde(default)]
+    pub assignment: BTreeMap<String, Vec<String>>,
+    pub reason: String,
+    #[serde(default)]
+    pub command_ids: Vec<String>,
+}
+
+/// What an executor is told to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandAction {
+    Reattempt,
+    Restart,
+    Reconfigure,
+    IsolateNode,
+    Resume,
+    Pause,
+    Unknown,
+}
+
+/// A signed action for an executor (`unicron.commands`, key: cluster).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    pub id: String,
+    pub cluster: String,
+    pub decision_id: String,
+    pub time_ms: i64,
+    pub action: CommandAction,
+    #[serde(default)]
+    pub job: Option<String>,
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    #[serde(default)]
+    pub restore_from: Option<String>,
+    #[serde(default)]
+    pub causation: Vec<String>,
+    pub key_id: String,
+    #[serde(with = "serde_bytes")]
+    pub signature: Vec<u8>,
+}
+
+/// Outcome of a command at an executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandStatus {
+    Accepted,
+    Succeeded,
+    Failed,
+    Rejected,
+    Unknown,
+}
+
+/// What an executor did with a command (`unicron.command-results`, key: cluster).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResult {
+    pub command_id: String,
+    pub cluster: String,
+    pub time_ms: i64,
+    pub status: CommandStatus,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub duration_ms: i64,
+    pub executor: String,
+}
+
+/// A record a service could not use (`unicron.dlq`, key: source topic).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub source_topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    #[serde(default, with = "serde_bytes")]
+    pub key: Option<Vec<u8>>,
+    #[serde(with = "serde_bytes")]
+    pub payload: Vec<u8>,
+    pub payload_size: i64,
+    pub error: String,
+    pub service: String,
+    pub time_ms: i64,
+}

@@ -1,0 +1,198 @@
+//! The failure taxonomy of PAPER.md: kinds, severities and their defaults.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A failure kind. The serialized symbols are exactly those of PAPER.md's
+/// taxonomy table; they are shared by the Avro schemas, JSON and the CLI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    NcclTimeout,
+    EccError,
+    NvlinkError,
+    NetworkError,
+    LinkFlapping,
+    TaskHang,
+    IllegalMemoryAccess,
+    InvalidDmaMapping,
+    ConnectionRefused,
+    CudaError,
+    ConnectionReset,
+    GpuDriverError,
+    LostConnection,
+    ExitedAbnormally,
+    OutOfMemory,
+    Straggler,
+    /// Anything not classified; also what old readers see for symbols added later.
+    Unknown,
+}
+
+/// How bad a failure is, and so which recovery it gets (PAPER.md):
+/// SEV3 reattempt in place, SEV2 restart, SEV1 isolate the node and re-plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Severity {
+    #[serde(rename = "SEV1")]
+    Sev1,
+    #[serde(rename = "SEV2")]
+    Sev2,
+    #[serde(rename = "SEV3")]
+    Sev3,
+    /// Not known; the Avro enum's default symbol.
+    #[serde(rename = "UNKNOWN")]
+    Unknown,
+}
+
+impl FailureKind {
+    /// Every kind, in the order of the schema's symbols.
+    pub const ALL: [FailureKind; 17] = [
+        FailureKind::NcclTimeout,
+        FailureKind::EccError,
+        FailureKind::NvlinkError,
+        FailureKind::NetworkError,
+        FailureKind::LinkFlapping,
+        FailureKind::TaskHang,
+        FailureKind::IllegalMemoryAccess,
+        FailureKind::InvalidDmaMapping,
+        FailureKind::ConnectionRefused,
+        FailureKind::CudaError,
+        FailureKind::ConnectionReset,
+        FailureKind::GpuDriverError,
+        FailureKind::LostConnection,
+        FailureKind::ExitedAbnormally,
+        FailureKind::OutOfMemory,
+        FailureKind::Straggler,
+        FailureKind::Unknown,
+    ];
+
+    /// The symbol used in schemas, JSON and the CLI.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            FailureKind::NcclTimeout => "nccl_timeout",
+            FailureKind::EccError => "ecc_error",
+            FailureKind::NvlinkError => "nvlink_error",
+            FailureKind::NetworkError => "network_error",
+            FailureKind::LinkFlapping => "link_flapping",
+            FailureKind::TaskHang => "task_hang",
+            FailureKind::IllegalMemoryAccess => "illegal_memory_access",
+            FailureKind::InvalidDmaMapping => "invalid_dma_mapping",
+            FailureKind::ConnectionRefused => "connection_refused",
+            FailureKind::CudaError => "cuda_error",
+            FailureKind::ConnectionReset => "connection_reset",
+            FailureKind::GpuDriverError => "gpu_driver_error",
+            FailureKind::LostConnection => "lost_connection",
+            FailureKind::ExitedAbnormally => "exited_abnormally",
+            FailureKind::OutOfMemory => "out_of_memory",
+            FailureKind::Straggler => "straggler",
+            FailureKind::Unknown => "unknown",
+        }
+    }
+
+    /// The severity PAPER.md assigns to the kind. `unknown` ("others") has
+    /// none in the paper; we treat it as SEV2 (restart) because a restart is
+    /// the cheapest action that recovers from an unexplained software fault.
+    pub fn default_severity(self) -> Severity {
+        use FailureKind::*;
+        match self {
+            EccError | NvlinkError | InvalidDmaMapping | GpuDriverError | LostConnection => {
+                Severity::Sev1
+            }
+            TaskHang | IllegalMemoryAccess | CudaError | ExitedAbnormally | OutOfMemory
+            | Unknown => Severity::Sev2,
+            NcclTimeout | NetworkError | LinkFlapping | ConnectionRefused | ConnectionReset
+            | Straggler => Severity::Sev3,
+        }
+    }
+}
+
+impl Severity {
+    /// The symbol used in schemas, JSON and the CLI.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Severity::Sev1 => "SEV1",
+            Severity::Sev2 => "SEV2",
+            Severity::Sev3 => "SEV3",
+            Severity::Unknown => "UNKNOWN",
+        }
+    }
+
+    /// The next harsher severity, for escalation when a milder action failed
+    /// (SEV3 → SEV2 → SEV1; SEV1 stays).
+    pub fn escalate(self) -> Severity {
+        match self {
+            Severity::Sev3 => Severity::Sev2,
+            Severity::Sev2 | Severity::Sev1 | Severity::Unknown => Severity::Sev1,
+        }
+    }
+}
+
+/// A symbol that names no kind or severity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown symbol `{0}`")]
+pub struct UnknownSymbol(pub String);
+
+impl FromStr for FailureKind {
+    type Err = UnknownSymbol;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FailureKind::ALL
+            .into_iter()
+            .find(|k| k.symbol() == s)
+            .ok_or_else(|| UnknownSymbol(s.to_string()))
+    }
+}
+
+impl FromStr for Severity {
+    type Err = UnknownSymbol;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Severity::Sev1, Severity::Sev2, Severity::Sev3, Severity::Unknown]
+            .into_iter()
+            .find(|v| v.symbol() == s)
+            .ok_or_else(|| UnknownSymbol(s.to_string()))
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.symbol())
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.symbol())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_symbols_are_the_paper_symbols() {
+        for kind in FailureKind::ALL {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.symbol()));
+            assert_eq!(kind.symbol().parse::<FailureKind>().unwrap(), kind);
+        }
+        assert_eq!(serde_json::to_string(&Severity::Sev1).unwrap(), "\"SEV1\"");
+        assert!("sev1".parse::<Severity>().is_err());
+    }
+
+    #[test]
+    fn severities_follow_the_paper_table() {
+        assert_eq!(FailureKind::NcclTimeout.default_severity(), Severity::Sev3);
+        assert_eq!(FailureKind::EccError.default_severity(), Severity::Sev1);
+        assert_eq!(FailureKind::TaskHang.default_severity(), Severity::Sev2);
+        assert_eq!(FailureKind::LostConnection.default_severity(), Severity::Sev1);
+        assert_eq!(FailureKind::Straggler.default_severity(), Severity::Sev3);
+    }
+
+    #[test]
+    fn escalation_climbs_to_sev1_and_stays() {
+        assert_eq!(Severity::Sev3.escalate(), Severity::Sev2);
+        assert_eq!(Severity::Sev2.escalate(), Severity::Sev1);
+        assert_eq!(Severity::Sev1.escalate(), Severity::Sev1);
+    }
+}
