@@ -1,1 +1,26 @@
-//! placeholder
+//! unicron-bus: everything between unicron and Kafka.
+//!
+//! Configuration, the topic topology, the Avro codec (with optional
+//! Confluent framing), a typed producer and consumer, dead-letter routing,
+//! the embedded broker and the Prometheus endpoint. Nothing here decides
+//! anything; decisions live in `unicron-core` (DESIGN §2).
+
+pub mod admin;
+pub mod codec;
+pub mod config;
+pub mod consumer;
+pub mod dlq;
+pub mod embedded;
+mod error;
+pub mod metrics;
+pub mod producer;
+pub mod schemas;
+pub mod topology;
+
+pub use codec::{AvroCodec, DecodeError, Framing};
+pub use config::KafkaConfig;
+pub use consumer::{Consumer, InboundRecord};
+pub use embedded::EmbeddedBroker;
+pub use error::BusError;
+pub use producer::Producer;
+pub use topology::{TopicSpec, Topology};

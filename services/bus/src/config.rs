@@ -1,0 +1,133 @@
+//! Kafka settings shared by every service.
+
+use std::collections::BTreeMap;
+
+use rdkafka::ClientConfig;
+use serde::{Deserialize, Serialize};
+
+/// The `[kafka]` section of the configuration.
+///
+/// Keys other than the ones below are librdkafka properties and are passed
+/// through verbatim, so TLS and SASL work without code here: write
+/// `security.protocol = "SASL_SSL"` (a dotted TOML key) or set
+/// `UNICRON_KAFKA__SASL__USERNAME`. librdkafka rejects unknown properties
+/// with a message naming them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KafkaConfig {
+    /// Bootstrap servers (`host:port,...`). Unset means the embedded broker.
+    pub brokers: Option<String>,
+    /// `client.id` of every client this process makes.
+    pub client_id: String,
+    /// Prefix of every unicron topic name (DESIGN §3).
+    pub topic_prefix: String,
+    /// Records larger than this are dead-lettered without being decoded.
+    pub max_record_bytes: usize,
+    /// Bytes of a dead-lettered payload kept in the dead letter.
+    pub dlq_payload_bytes: usize,
+    /// librdkafka properties, passed through.
+    #[serde(flatten)]
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+/// A librdkafka property value as written in TOML: scalars, or a nested
+/// table when the key was written dotted (`ssl.ca.location = ...`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+    Table(BTreeMap<String, PropertyValue>),
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: None,
+            client_id: "unicron".to_string(),
+            topic_prefix: "unicron.".to_string(),
+            max_record_bytes: 1024 * 1024,
+            dlq_payload_bytes: 64 * 1024,
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+impl KafkaConfig {
+    /// Full name of a topic of the topology (`telemetry` → `unicron.telemetry`).
+    pub fn topic(&self, name: &str) -> String {
+        format!("{}{}", self.topic_prefix, name)
+    }
+
+    /// librdkafka properties as flat `key = value` strings, sorted by key.
+    pub fn librdkafka_properties(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        flatten("", &self.properties, &mut out);
+        out
+    }
+
+    /// A client configuration for `brokers` with the pass-through properties
+    /// applied last, so a site can override anything, even our defaults.
+    pub fn client_config(&self, brokers: &str) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", brokers)
+            .set("client.id", &self.client_id);
+        for (key, value) in self.librdkafka_properties() {
+            config.set(key, value);
+        }
+        config
+    }
+}
+
+fn flatten(prefix: &str, table: &BTreeMap<String, PropertyValue>, out: &mut Vec<(String, String)>) {
+    for (key, value) in table {
+        let key = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            PropertyValue::Bool(b) => out.push((key, b.to_string())),
+            PropertyValue::Int(i) => out.push((key, i.to_string())),
+            PropertyValue::Float(f) => out.push((key, f.to_string())),
+            PropertyValue::Text(s) => out.push((key, s.clone())),
+            PropertyValue::Table(inner) => flatten(&key, inner, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dotted_toml_keys_become_librdkafka_properties() {
+        let config: KafkaConfig = toml::from_str(
+            r#"
+            brokers = "k1:9093"
+            security.protocol = "SASL_SSL"
+            sasl.mechanism = "SCRAM-SHA-512"
+            "socket.timeout.ms" = 1000
+            enable.ssl.certificate.verification = false
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.brokers.as_deref(), Some("k1:9093"));
+        assert_eq!(config.topic_prefix, "unicron.");
+        assert_eq!(
+            config.librdkafka_properties(),
+            vec![
+                ("enable.ssl.certificate.verification".into(), "false".into()),
+                ("sasl.mechanism".into(), "SCRAM-SHA-512".into()),
+                ("security.protocol".into(), "SASL_SSL".into()),
+                ("socket.timeout.ms".into(), "1000".into()),
+            ]
+        );
+        let client = config.client_config("k1:9093");
+        assert_eq!(client.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(client.get("client.id"), Some("unicron"));
+    }
+}

@@ -1,0 +1,124 @@
+//! The consumer every service reads with: a consumer group, offsets stored
+//! only after a record is handled, and bad records routed to the DLQ.
+
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::message::{Message, Timestamp};
+
+use crate::codec::DecodeError;
+use crate::config::KafkaConfig;
+use crate::dlq::DeadLetterSink;
+use crate::error::BusError;
+use crate::metrics::RECORDS_IN;
+
+/// One record as read from Kafka, owned so it can outlive the consumer's buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboundRecord {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Vec<u8>,
+    /// The record's Kafka timestamp, ms since the Unix epoch, when it has one.
+    pub timestamp_ms: Option<i64>,
+}
+
+/// A consumer-group member. Offsets are stored explicitly with
+/// [`mark_done`](Consumer::mark_done) once a record is handled (its output
+/// published or the record dead-lettered), and committed by librdkafka in
+/// the background: a crash re-delivers, never skips.
+pub struct Consumer {
+    inner: StreamConsumer,
+    max_record_bytes: usize,
+}
+
+impl Consumer {
+    pub fn new(config: &KafkaConfig, brokers: &str, group_id: &str) -> Result<Consumer, BusError> {
+        let mut client = config.client_config(brokers);
+        client
+            .set("group.id", group_id)
+            .set("enable.auto.commit", "true")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("fetch.message.max.bytes", (config.max_record_bytes + 4096).to_string());
+        for (key, value) in config.librdkafka_properties() {
+            client.set(key, value);
+        }
+        Ok(Consumer {
+            inner: client.create()?,
+            max_record_bytes: config.max_record_bytes,
+        })
+    }
+
+    /// Joins the group for `topics` (full names).
+    pub fn subscribe(&self, topics: &[&str]) -> Result<(), BusError> {
+        self.inner.subscribe(topics)?;
+        Ok(())
+    }
+
+    /// The next record, whatever its content.
+    pub async fn recv(&self) -> Result<InboundRecord, BusError> {
+        let message = self.inner.recv().await?;
+        let record = InboundRecord {
+            topic: message.topic().to_string(),
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+            payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+            timestamp_ms: match message.timestamp() {
+                Timestamp::CreateTime(ms) | Timestamp::LogAppendTime(ms) => Some(ms),
+                Timestamp::NotAvailable => None,
+            },
+        };
+        metrics::counter!(RECORDS_IN, "topic" => record.topic.clone()).increment(1);
+        Ok(record)
+    }
+
+    /// The next record that `decode` accepts. Oversized records and records
+    /// `decode` rejects go to `dlq` with the reason and are marked done;
+    /// the loop goes on to the next record.
+    pub async fn recv_valid<T>(
+        &self,
+        dlq: &DeadLetterSink,
+        mut decode: impl FnMut(&InboundRecord) -> Result<T, DecodeError>,
+    ) -> Result<(InboundRecord, T), BusError> {
+        loop {
+            let record = self.recv().await?;
+            let decoded = if record.payload.len() > self.max_record_bytes {
+                Err(DecodeError::Oversized {
+                    size: record.payload.len(),
+                    limit: self.max_record_bytes,
+                })
+            } else {
+                decode(&record)
+            };
+            match decoded {
+                Ok(value) => return Ok((record, value)),
+                Err(error) => {
+                    dlq.send(&record, &error).await?;
+                    self.mark_done(&record)?;
+                }
+            }
+        }
+    }
+
+    /// Marks `record` handled: its offset is committed with the next commit.
+    pub fn mark_done(&self, record: &InboundRecord) -> Result<(), BusError> {
+        self.inner
+            .store_offset(&record.topic, record.partition, record.offset + 1)?;
+        Ok(())
+    }
+
+    /// Commits the stored offsets now and waits (for a clean shutdown).
+    pub fn commit_now(&self) -> Result<(), BusError> {
+        match self
+            .inner
+            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+        {
+            // Nothing stored since the last commit is not a failure.
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::NoOffset,
+            )) => Ok(()),
+            other => Ok(other?),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+use rdkafka::error::KafkaError;
+
+/// Errors of the Kafka layer. Decode failures of single records are not
+/// errors here: they go to the dead-letter topic (see [`crate::dlq`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("kafka: topic {topic}: {reason}")]
+    Topic { topic: String, reason: String },
+    #[error("embedded broker: {0}")]
+    Embedded(String),
+    #[error("encode {record}: {reason}")]
+    Encode { record: &'static str, reason: String },
+    #[error("topology: {0}")]
+    Topology(String),
+    #[error("internal: {0}")]
+    Internal(String),
+    #[error("metrics: {0}")]
+    Metrics(String),
+}

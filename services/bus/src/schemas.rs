@@ -1,0 +1,107 @@
+//! The Avro schemas of `schemas/`, compiled into the binary and parsed once.
+
+use std::sync::LazyLock;
+
+use apache_avro::Schema;
+
+/// A record type of DESIGN §3 and the `.avsc` file that defines it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RecordType {
+    TelemetryBatch,
+    LogRecord,
+    AgentEvent,
+    FailureEvent,
+    ClusterEvent,
+    Decision,
+    Command,
+    CommandResult,
+    DeadLetter,
+}
+
+impl RecordType {
+    pub const ALL: [RecordType; 9] = [
+        RecordType::TelemetryBatch,
+        RecordType::LogRecord,
+        RecordType::AgentEvent,
+        RecordType::FailureEvent,
+        RecordType::ClusterEvent,
+        RecordType::Decision,
+        RecordType::Command,
+        RecordType::CommandResult,
+        RecordType::DeadLetter,
+    ];
+
+    /// The record's name, as in the schema and in `topology/topics.toml`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordType::TelemetryBatch => "TelemetryBatch",
+            RecordType::LogRecord => "LogRecord",
+            RecordType::AgentEvent => "AgentEvent",
+            RecordType::FailureEvent => "FailureEvent",
+            RecordType::ClusterEvent => "ClusterEvent",
+            RecordType::Decision => "Decision",
+            RecordType::Command => "Command",
+            RecordType::CommandResult => "CommandResult",
+            RecordType::DeadLetter => "DeadLetter",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<RecordType> {
+        RecordType::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// The schema's JSON text, exactly as committed.
+    pub fn schema_text(self) -> &'static str {
+        match self {
+            RecordType::TelemetryBatch => include_str!("../../../schemas/TelemetryBatch.avsc"),
+            RecordType::LogRecord => include_str!("../../../schemas/LogRecord.avsc"),
+            RecordType::AgentEvent => include_str!("../../../schemas/AgentEvent.avsc"),
+            RecordType::FailureEvent => include_str!("../../../schemas/FailureEvent.avsc"),
+            RecordType::ClusterEvent => include_str!("../../../schemas/ClusterEvent.avsc"),
+            RecordType::Decision => include_str!("../../../schemas/Decision.avsc"),
+            RecordType::Command => include_str!("../../../schemas/Command.avsc"),
+            RecordType::CommandResult => include_str!("../../../schemas/CommandResult.avsc"),
+            RecordType::DeadLetter => include_str!("../../../schemas/DeadLetter.avsc"),
+        }
+    }
+
+    /// The parsed schema. The committed files are tested to parse, so a
+    /// failure here is a build defect, not bad input.
+    pub fn schema(self) -> &'static Schema {
+        static PARSED: LazyLock<Vec<Schema>> = LazyLock::new(|| {
+            RecordType::ALL
+                .iter()
+                .map(|r| {
+                    Schema::parse_str(r.schema_text())
+                        .unwrap_or_else(|e| panic!("schemas/{}.avsc: {e}", r.name()))
+                })
+                .collect()
+        });
+        &PARSED[self as usize]
+    }
+}
+
+/// Ties a core record type to its schema.
+pub trait AvroRecord: serde::Serialize + serde::de::DeserializeOwned {
+    const RECORD: RecordType;
+}
+
+macro_rules! avro_record {
+    ($($t:ident),*) => {
+        $(impl AvroRecord for unicron_core::$t {
+            const RECORD: RecordType = RecordType::$t;
+        })*
+    };
+}
+
+avro_record!(
+    TelemetryBatch,
+    LogRecord,
+    AgentEvent,
+    FailureEvent,
+    ClusterEvent,
+    Decision,
+    Command,
+    CommandResult,
+    DeadLetter
+);

@@ -1,0 +1,205 @@
+//! One filled-in instance of every record type, with every optional field
+//! set, and one with every optional field empty.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use unicron_core::*;
+
+pub fn telemetry(full: bool) -> TelemetryBatch {
+    let labels: BTreeMap<String, String> = if full {
+        [("Hostname", "node-3"), ("UUID", "GPU-1a2b")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    } else {
+        BTreeMap::new()
+    };
+    TelemetryBatch {
+        cluster: "c1".into(),
+        node: "node-3".into(),
+        source: "dcgm".into(),
+        samples: vec![
+            MetricSample {
+                name: "DCGM_FI_DEV_XID_ERRORS".into(),
+                value: 79.0,
+                time_ms: 1_764_000_000_123,
+                gpu: full.then_some(5),
+                job: full.then(|| "gpt-13b".into()),
+                rank: full.then_some(21),
+                labels,
+            },
+            MetricSample {
+                name: "DCGM_FI_DEV_GPU_TEMP".into(),
+                value: -0.5,
+                time_ms: 1_764_000_000_124,
+                gpu: None,
+                job: None,
+                rank: None,
+                labels: BTreeMap::new(),
+            },
+        ],
+    }
+}
+
+pub fn log(full: bool) -> LogRecord {
+    LogRecord {
+        cluster: "c1".into(),
+        node: "node-3".into(),
+        time_ms: 1_764_000_000_000,
+        source: "stderr".into(),
+        job: full.then(|| "gpt-13b".into()),
+        rank: full.then_some(7),
+        gpu: full.then_some(2),
+        line: "[Rank 7] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 1800000 milliseconds before timing out.".into(),
+        attributes: if full {
+            [("container".to_string(), "trainer".to_string())].into()
+        } else {
+            BTreeMap::new()
+        },
+    }
+}
+
+pub fn agent(full: bool) -> AgentEvent {
+    AgentEvent {
+        cluster: "c1".into(),
+        node: "node-3".into(),
+        time_ms: 1_764_000_000_500,
+        kind: if full { AgentEventKind::IterationDone } else { AgentEventKind::Heartbeat },
+        job: full.then(|| "gpt-13b".into()),
+        rank: full.then_some(7),
+        exit_code: full.then_some(1),
+        signal: full.then_some(9),
+        iteration: full.then_some(1200),
+        iteration_time_ms: full.then_some(1534.25),
+    }
+}
+
+pub fn failure(full: bool) -> FailureEvent {
+    FailureEvent {
+        id: "f-logs-3-1042".into(),
+        cluster: "c1".into(),
+        node: full.then(|| "node-3".into()),
+        gpu: full.then_some(5),
+        job: full.then(|| "gpt-13b".into()),
+        rank: full.then_some(21),
+        kind: FailureKind::EccError,
+        severity: Severity::Sev1,
+        method: DetectionMethod::LogRule,
+        rule: full.then(|| "xid-48".into()),
+        evidence: if full {
+            vec![Evidence {
+                topic: "unicron.logs".into(),
+                partition: 3,
+                offset: 1042,
+                node: Some("node-3".into()),
+                excerpt: "NVRM: Xid (PCI:0000:3b:00): 48, pid=1234, DBE".into(),
+            }]
+        } else {
+            vec![]
+        },
+        first_evidence_ms: 1_764_000_000_000,
+        detected_ms: 1_764_000_000_020,
+    }
+}
+
+pub fn cluster(full: bool) -> ClusterEvent {
+    ClusterEvent {
+        cluster: "c1".into(),
+        time_ms: 1_764_000_000_000,
+        kind: if full { ClusterEventKind::JobSubmitted } else { ClusterEventKind::NodeRepaired },
+        node: (!full).then(|| "node-3".into()),
+        gpus: (!full).then_some(8),
+        job_id: full.then(|| "gpt-13b".into()),
+        job: full.then(|| JobSpec {
+            weight: 2.0,
+            min_gpus: 16,
+            max_gpus: 128,
+            unit_gpus: 8,
+            dp_degree: 4,
+            checkpoint_interval_s: 1800,
+            throughput: vec![
+                ThroughputPoint { gpus: 16, flops: 2.1e15 },
+                ThroughputPoint { gpus: 128, flops: 1.41e16 },
+            ],
+        }),
+    }
+}
+
+pub fn decision(full: bool) -> Decision {
+    Decision {
+        id: "d-c1-failures-2-77".into(),
+        cluster: "c1".into(),
+        time_ms: 1_764_000_000_030,
+        trigger: Trigger {
+            kind: "failure".into(),
+            ref_id: "f-logs-3-1042".into(),
+            topic: "unicron.failures".into(),
+            partition: 2,
+            offset: 77,
+        },
+        inputs_digest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".into(),
+        policy: "unicron".into(),
+        policy_version: "1".into(),
+        alternatives: if full {
+            vec![Alternative {
+                allocation: [("gpt-13b".to_string(), 56)].into(),
+                waf: 6.7e15,
+                objective: 5.5e20,
+            }]
+        } else {
+            vec![]
+        },
+        chosen_index: full.then_some(0),
+        assignment: if full {
+            [("gpt-13b".to_string(), vec!["node-1".to_string(), "node-2".to_string()])].into()
+        } else {
+            BTreeMap::new()
+        },
+        reason: "SEV1 ecc_error on node-3: isolate and re-plan".into(),
+        command_ids: if full { vec!["cmd-1".into()] } else { vec![] },
+    }
+}
+
+pub fn command(full: bool) -> Command {
+    Command {
+        id: "cmd-c1-failures-2-77-0".into(),
+        cluster: "c1".into(),
+        decision_id: "d-c1-failures-2-77".into(),
+        time_ms: 1_764_000_000_030,
+        action: CommandAction::Reconfigure,
+        job: full.then(|| "gpt-13b".into()),
+        nodes: if full { vec!["node-1".into(), "node-2".into()] } else { vec![] },
+        restore_from: full.then(|| "replica:node-2".into()),
+        causation: if full { vec!["f-logs-3-1042".into()] } else { vec![] },
+        key_id: "dev".into(),
+        signature: (0..64).collect(),
+    }
+}
+
+pub fn result(full: bool) -> CommandResult {
+    CommandResult {
+        command_id: "cmd-c1-failures-2-77-0".into(),
+        cluster: "c1".into(),
+        time_ms: 1_764_000_000_900,
+        status: if full { CommandStatus::Failed } else { CommandStatus::Succeeded },
+        reason: full.then(|| "backend returned 503".into()),
+        duration_ms: 870,
+        executor: "executor-c1".into(),
+    }
+}
+
+pub fn dead_letter(full: bool) -> DeadLetter {
+    DeadLetter {
+        source_topic: "unicron.logs".into(),
+        partition: 1,
+        offset: 9,
+        key: full.then(|| b"node-3".to_vec()),
+        payload: vec![0xff, 0x00, 0x13],
+        payload_size: 3,
+        error: "avro LogRecord: bad".into(),
+        service: "detector".into(),
+        time_ms: 0,
+    }
+}

@@ -1,0 +1,166 @@
+//! Service tests on the embedded broker (DESIGN §6, rung 2): real Kafka
+//! protocol on loopback, in process.
+
+mod common;
+
+use std::time::Duration;
+
+use unicron_bus::admin::{TopicStatus, ensure_topics};
+use unicron_bus::dlq::DeadLetterSink;
+use unicron_bus::schemas::AvroRecord;
+use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_core::{DeadLetter, LogRecord};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn config() -> KafkaConfig {
+    KafkaConfig::default()
+}
+
+async fn produce_and_consume<T>(broker: &EmbeddedBroker, topic: &str, records: Vec<T>)
+where
+    T: AvroRecord + PartialEq + std::fmt::Debug,
+{
+    let config = config();
+    broker.create_topic(topic, 1).unwrap();
+    let producer = Producer::new(&config, broker.bootstrap_servers()).unwrap();
+    let codec = AvroCodec::<T>::default();
+    for record in &records {
+        producer.send(topic, "c1", record, &codec).await.unwrap();
+    }
+    let consumer = Consumer::new(&config, broker.bootstrap_servers(), &format!("g-{topic}")).unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    for expected in &records {
+        let inbound = tokio::time::timeout(WAIT, consumer.recv()).await.unwrap().unwrap();
+        assert_eq!(inbound.key.as_deref(), Some(&b"c1"[..]));
+        assert_eq!(&codec.decode(&inbound.payload).unwrap(), expected, "{topic}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_type_crosses_the_embedded_broker_intact() {
+    let broker = EmbeddedBroker::start(1).unwrap();
+    let both = |f: fn(bool) -> _| vec![f(true), f(false)];
+    produce_and_consume(&broker, "t.telemetry", both(common::telemetry)).await;
+    produce_and_consume(&broker, "t.logs", both(common::log)).await;
+    produce_and_consume(&broker, "t.agent", both(common::agent)).await;
+    produce_and_consume(&broker, "t.failures", both(common::failure)).await;
+    produce_and_consume(&broker, "t.cluster", both(common::cluster)).await;
+    produce_and_consume(&broker, "t.decisions", both(common::decision)).await;
+    produce_and_consume(&broker, "t.commands", both(common::command)).await;
+    produce_and_consume(&broker, "t.results", both(common::result)).await;
+    produce_and_consume(&broker, "t.dlq", both(common::dead_letter)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_goes_to_the_dlq_and_the_next_record_is_processed() {
+    let broker = EmbeddedBroker::start(1).unwrap();
+    let mut config = config();
+    config.max_record_bytes = 4096;
+    let (logs, dlq_topic) = ("unicron.logs", "unicron.dlq");
+    broker.create_topic(logs, 1).unwrap();
+    broker.create_topic(dlq_topic, 1).unwrap();
+    let producer = Producer::new(&config, broker.bootstrap_servers()).unwrap();
+    let codec = AvroCodec::<LogRecord>::default();
+
+    // garbage, an oversized record, then a valid one
+    producer
+        .send_bytes(logs, b"node-3", &[0xde, 0xad, 0xbe, 0xef, 0x01])
+        .await
+        .unwrap();
+    producer.send_bytes(logs, b"node-3", &vec![b'x'; 5000]).await.unwrap();
+    let valid = common::log(true);
+    producer.send(logs, "node-3", &valid, &codec).await.unwrap();
+
+    let consumer = Consumer::new(&config, broker.bootstrap_servers(), "detector").unwrap();
+    consumer.subscribe(&[logs]).unwrap();
+    let dlq = DeadLetterSink::new(producer.clone(), dlq_topic.to_string(), "detector", 1024);
+    let (record, decoded) = tokio::time::timeout(
+        WAIT,
+        consumer.recv_valid(&dlq, |r| codec.decode(&r.payload)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(decoded, valid);
+    assert_eq!(record.offset, 2);
+
+    let letters = Consumer::new(&config, broker.bootstrap_servers(), "operators").unwrap();
+    letters.subscribe(&[dlq_topic]).unwrap();
+    let dlq_codec = AvroCodec::<DeadLetter>::default();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let r = tokio::time::timeout(WAIT, letters.recv()).await.unwrap().unwrap();
+        assert_eq!(r.key.as_deref(), Some(logs.as_bytes()));
+        seen.push(dlq_codec.decode(&r.payload).unwrap());
+    }
+    assert_eq!((seen[0].offset, seen[1].offset), (0, 1));
+    assert_eq!(seen[0].source_topic, logs);
+    assert_eq!(seen[0].payload, vec![0xde, 0xad, 0xbe, 0xef, 0x01]);
+    assert!(seen[0].error.starts_with("avro LogRecord:"), "{}", seen[0].error);
+    assert_eq!(seen[0].service, "detector");
+    assert_eq!(seen[1].payload_size, 5000);
+    assert_eq!(seen[1].payload.len(), 1024, "payload bounded");
+    assert_eq!(seen[1].error, "record of 5000 bytes exceeds the limit of 4096 bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_create_is_idempotent_on_the_embedded_broker() {
+    let broker = EmbeddedBroker::start(1).unwrap();
+    let topology = Topology::builtin();
+    let config = config();
+
+    let first = broker.ensure_topics(&topology, &config.topic_prefix).unwrap();
+    assert_eq!(first.len(), topology.topics.len());
+    assert!(first.iter().all(|r| r.status == TopicStatus::Created));
+    let second = broker.ensure_topics(&topology, &config.topic_prefix).unwrap();
+    assert!(second.iter().all(|r| r.status == TopicStatus::Exists));
+
+    // The CLI's path (`unicron topics create --brokers`) reads metadata
+    // first: everything exists, with the partition counts of the topology.
+    let reports = ensure_topics(&config, broker.bootstrap_servers(), &topology)
+        .await
+        .unwrap();
+    let got: Vec<(String, i32, TopicStatus)> = reports
+        .into_iter()
+        .map(|r| (r.name, r.partitions, r.status))
+        .collect();
+    let want: Vec<(String, i32, TopicStatus)> = topology
+        .topics
+        .iter()
+        .map(|t| (format!("unicron.{}", t.name), t.partitions, TopicStatus::Exists))
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_serves_prometheus_text() {
+    let broker = EmbeddedBroker::start(1).unwrap();
+    broker.create_topic("m.topic", 1).unwrap();
+    let server = unicron_bus::metrics::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let producer = Producer::new(&config(), broker.bootstrap_servers()).unwrap();
+    producer.send_bytes("m.topic", b"k", b"v").await.unwrap();
+
+    let body = http_get(server.addr, "/metrics").await;
+    assert!(
+        body.contains("unicron_records_out_total{topic=\"m.topic\"} 1"),
+        "{body}"
+    );
+    assert!(http_get(server.addr, "/healthz").await.ends_with("ok\n"));
+}
+
+/// A bare HTTP/1.0 GET, to keep an HTTP client out of the dependencies.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.unwrap();
+    assert!(body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"), "{body}");
+    body
+}

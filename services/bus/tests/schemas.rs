@@ -1,0 +1,174 @@
+//! Every record type round-trips through its Avro schema, the schemas stay
+//! readable by the previous version's readers (and the reverse), and bad
+//! bytes give errors, never panics.
+
+mod common;
+
+use apache_avro::Schema;
+use apache_avro::schema_compatibility::SchemaCompatibility;
+use proptest::prelude::*;
+use unicron_bus::schemas::{AvroRecord, RecordType};
+use unicron_bus::{AvroCodec, DecodeError, Framing};
+use unicron_core::{FailureKind, LogRecord};
+
+fn round_trip<T: AvroRecord + PartialEq + std::fmt::Debug>(record: T) {
+    for framing in [Framing::Raw, Framing::Confluent { schema_id: 7 }] {
+        let codec = AvroCodec::<T>::new(framing);
+        let bytes = codec.encode(&record).unwrap();
+        assert_eq!(
+            bytes,
+            codec.encode_via_value(&record).unwrap(),
+            "{}: both encode paths write the same bytes",
+            T::RECORD.name()
+        );
+        assert_eq!(codec.decode(&bytes).unwrap(), record, "{}", T::RECORD.name());
+    }
+}
+
+#[test]
+fn every_record_type_round_trips_through_its_schema() {
+    for full in [true, false] {
+        round_trip(common::telemetry(full));
+        round_trip(common::log(full));
+        round_trip(common::agent(full));
+        round_trip(common::failure(full));
+        round_trip(common::cluster(full));
+        round_trip(common::decision(full));
+        round_trip(common::command(full));
+        round_trip(common::result(full));
+        round_trip(common::dead_letter(full));
+    }
+}
+
+#[test]
+fn failure_kind_symbols_are_exactly_the_taxonomy() {
+    let Schema::Record(record) = RecordType::FailureEvent.schema() else {
+        panic!("FailureEvent is a record")
+    };
+    let kind = record.fields.iter().find(|f| f.name == "kind").unwrap();
+    let Schema::Enum(e) = &kind.schema else {
+        panic!("kind is an enum")
+    };
+    let ours: Vec<&str> = FailureKind::ALL.iter().map(|k| k.symbol()).collect();
+    assert_eq!(e.symbols, ours);
+    assert_eq!(e.default.as_deref(), Some("unknown"));
+}
+
+fn previous(record: RecordType) -> Schema {
+    let path = format!(
+        "{}/../../schemas/compat/v1/{}.avsc",
+        env!("CARGO_MANIFEST_DIR"),
+        record.name()
+    );
+    Schema::parse_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// Old readers can read what we write now, and we can read what they wrote.
+#[test]
+fn current_schemas_are_compatible_with_the_previous_version() {
+    for record in RecordType::ALL {
+        let (old, new) = (previous(record), record.schema());
+        SchemaCompatibility::can_read(new, &old)
+            .unwrap_or_else(|e| panic!("{}: old readers break: {e}", record.name()));
+        SchemaCompatibility::can_read(&old, new)
+            .unwrap_or_else(|e| panic!("{}: old data unreadable: {e}", record.name()));
+    }
+}
+
+/// The check above does catch breaking changes.
+#[test]
+fn compatibility_check_rejects_a_breaking_change() {
+    let text = RecordType::LogRecord.schema_text();
+    // A new required field: old data lacks it.
+    let added = text.replacen(
+        r#"{"name": "line""#,
+        r#"{"name": "severity_text", "type": "string"},
+    {"name": "line""#,
+        1,
+    );
+    let added = Schema::parse_str(&added).unwrap();
+    assert!(SchemaCompatibility::can_read(&previous(RecordType::LogRecord), &added).is_err());
+    // A renamed field: old readers find theirs missing.
+    let renamed = Schema::parse_str(&text.replace(r#""name": "line""#, r#""name": "text""#)).unwrap();
+    assert!(SchemaCompatibility::can_read(&renamed, &previous(RecordType::LogRecord)).is_err());
+}
+
+/// A record written by an older writer schema (without `attributes`) is
+/// read with the default.
+#[test]
+fn record_from_an_older_writer_resolves_with_defaults() {
+    let older = Schema::parse_str(
+        r#"{"type": "record", "name": "LogRecord", "namespace": "io.unicron.v1", "fields": [
+            {"name": "cluster", "type": "string"}, {"name": "node", "type": "string"},
+            {"name": "time_ms", "type": "long"}, {"name": "source", "type": "string"},
+            {"name": "line", "type": "string"}]}"#,
+    )
+    .unwrap();
+    let mut value = apache_avro::types::Record::new(&older).unwrap();
+    value.put("cluster", "c1");
+    value.put("node", "n1");
+    value.put("time_ms", 5i64);
+    value.put("source", "stderr");
+    value.put("line", "hello");
+    let bytes = apache_avro::to_avro_datum(&older, value).unwrap();
+    let decoded = AvroCodec::<LogRecord>::default()
+        .decode_written_by(&older, &bytes)
+        .unwrap();
+    assert_eq!(decoded.line, "hello");
+    assert_eq!(decoded.job, None);
+    assert!(decoded.attributes.is_empty());
+}
+
+#[test]
+fn confluent_framing_is_checked() {
+    let record = common::log(false);
+    let codec = AvroCodec::<LogRecord>::new(Framing::Confluent { schema_id: 42 });
+    let mut bytes = codec.encode(&record).unwrap();
+    assert_eq!(&bytes[..5], &[0, 0, 0, 0, 42]);
+    let other = AvroCodec::<LogRecord>::new(Framing::Confluent { schema_id: 43 });
+    assert!(matches!(other.decode(&bytes), Err(DecodeError::Framing(_))));
+    bytes[0] = 1;
+    assert!(matches!(codec.decode(&bytes), Err(DecodeError::Framing(_))));
+    assert!(matches!(codec.decode(&[0, 0]), Err(DecodeError::Framing(_))));
+    assert_eq!(codec.decode(&[]), Err(DecodeError::Empty));
+}
+
+#[test]
+fn trailing_bytes_are_an_error() {
+    let codec = AvroCodec::<LogRecord>::default();
+    let mut bytes = codec.encode(&common::log(true)).unwrap();
+    bytes.extend_from_slice(b"junk");
+    assert!(matches!(
+        codec.decode(&bytes),
+        Err(DecodeError::Trailing { count: 4, .. })
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Arbitrary bytes never panic the decoder of any record type.
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = AvroCodec::<unicron_core::TelemetryBatch>::default().decode(&bytes);
+        let _ = AvroCodec::<LogRecord>::default().decode(&bytes);
+        let _ = AvroCodec::<unicron_core::AgentEvent>::default().decode(&bytes);
+        let _ = AvroCodec::<unicron_core::FailureEvent>::default().decode(&bytes);
+        let _ = AvroCodec::<unicron_core::ClusterEvent>::default().decode(&bytes);
+        let _ = AvroCodec::<unicron_core::Decision>::default().decode(&bytes);
+        let _ = AvroCodec::<unicron_core::Command>::default().decode(&bytes);
+        let _ = AvroCodec::<unicron_core::CommandResult>::default().decode(&bytes);
+        let _ = AvroCodec::<unicron_core::DeadLetter>::default().decode(&bytes);
+    }
+
+    /// Corrupting one byte of a valid record gives an error or a record,
+    /// never a panic.
+    #[test]
+    fn corrupted_records_never_panic(at in 0usize..200, byte in any::<u8>()) {
+        let codec = AvroCodec::<LogRecord>::default();
+        let mut bytes = codec.encode(&common::log(true)).unwrap();
+        let at = at % bytes.len();
+        bytes[at] = byte;
+        let _ = codec.decode(&bytes);
+    }
+}

@@ -1,0 +1,102 @@
+//! Command-line surface. Each subcommand's work is in its own module.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+/// unicron: a self-healing control plane for LLM training clusters.
+#[derive(Debug, Parser)]
+#[command(name = "unicron", version, about)]
+pub struct Cli {
+    /// Configuration file (TOML); `UNICRON_<SECTION>__<KEY>` variables override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Inspect or create unicron's Kafka topics.
+    Topics {
+        #[command(subcommand)]
+        command: TopicsCommand,
+    },
+    /// Run unicron on one machine: the embedded broker (unless --brokers) and its topics.
+    Up(UpArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// Print every topic of the topology as a table.
+    List,
+    /// Create missing topics on a Kafka cluster; existing ones are reported.
+    Create {
+        /// Bootstrap servers; defaults to `kafka.brokers` of the configuration.
+        #[arg(long, value_name = "HOST:PORT")]
+        brokers: Option<String>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Use this Kafka instead of the embedded broker.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub brokers: Option<String>,
+    /// Stop after this long (e.g. 90s, 10m, 2h) instead of at Ctrl-C.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+}
+
+/// `90`, `90s`, `10m` or `2h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration like 90s, 10m or 2h"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("`{text}`: unit must be s, m or h")),
+    };
+    Ok(Duration::from_secs(seconds))
+}
+
+pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    match command {
+        Command::Topics {
+            command: TopicsCommand::List,
+        } => crate::topics::list(&config),
+        Command::Topics {
+            command: TopicsCommand::Create { brokers },
+        } => crate::topics::create(&config, brokers).await,
+        Command::Up(args) => crate::up::run(&config, args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").unwrap_err().contains("unit"));
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,61 @@
+//! `unicron up`: everything on one machine. At this stage it hosts the
+//! embedded broker (or connects to `--brokers`), creates the topics and
+//! serves metrics; the detector, planner, executor and simulator join it
+//! with their issues.
+
+use std::io::Write;
+
+use anyhow::Context;
+use unicron_bus::admin::{TopicReport, TopicStatus, ensure_topics};
+use unicron_bus::{EmbeddedBroker, Topology};
+
+use crate::cli::UpArgs;
+use crate::config::Config;
+
+pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
+    let topology = Topology::builtin();
+    let prefix = &config.kafka.topic_prefix;
+    let brokers = args.brokers.or_else(|| config.kafka.brokers.clone());
+
+    // Kept alive until the end of the run; dropping it stops the broker.
+    let mut _embedded = None;
+    let (bootstrap, reports): (String, Vec<TopicReport>) = match brokers {
+        Some(brokers) => {
+            let reports = ensure_topics(&config.kafka, &brokers, &topology)
+                .await
+                .with_context(|| format!("creating topics on {brokers}"))?;
+            (brokers, reports)
+        }
+        None => {
+            let broker = EmbeddedBroker::start(config.embedded.brokers)
+                .context("starting the embedded broker")?;
+            let reports = broker.ensure_topics(&topology, prefix)?;
+            let bootstrap = broker.bootstrap_servers().to_string();
+            _embedded = Some(broker);
+            (bootstrap, reports)
+        }
+    };
+    // First line of output, for other tools (kcat -b ...) to connect.
+    println!("broker: {bootstrap}");
+    let created = reports.iter().filter(|r| r.status == TopicStatus::Created).count();
+    println!("topics: {} ({} created, {} existed)", reports.len(), created, reports.len() - created);
+
+    let _metrics = if config.metrics.enabled {
+        let server = unicron_bus::metrics::serve(config.metrics.listen).await?;
+        println!("metrics: http://{}/metrics", server.addr);
+        Some(server)
+    } else {
+        None
+    };
+    std::io::stdout().flush().ok();
+
+    match args.duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => {
+            println!("running; Ctrl-C to stop");
+            tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        }
+    }
+    println!("stopped");
+    Ok(())
+}
