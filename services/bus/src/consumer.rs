@@ -3,6 +3,7 @@
 
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::message::{Message, Timestamp};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::codec::DecodeError;
 use crate::config::KafkaConfig;
@@ -52,6 +53,19 @@ impl Consumer {
     /// Joins the group for `topics` (full names).
     pub fn subscribe(&self, topics: &[&str]) -> Result<(), BusError> {
         self.inner.subscribe(topics)?;
+        Ok(())
+    }
+
+    /// Reads the given partitions from the given next offsets (`None`: from
+    /// the beginning), outside any group rebalance. Stateful services use
+    /// this to resume from the offsets committed with their state.
+    pub fn assign(&self, partitions: &[(&str, i32, Option<i64>)]) -> Result<(), BusError> {
+        let mut list = TopicPartitionList::new();
+        for &(topic, partition, next) in partitions {
+            let offset = next.map_or(Offset::Beginning, Offset::Offset);
+            list.add_partition_offset(topic, partition, offset)?;
+        }
+        self.inner.assign(&list)?;
         Ok(())
     }
 

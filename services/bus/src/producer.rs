@@ -54,14 +54,16 @@ impl Producer {
         payload: &[u8],
     ) -> Result<Delivered, BusError> {
         let record = FutureRecord::to(topic).key(key).payload(payload);
-        let (partition, offset) = self
+        let delivery = self
             .inner
             .send(record, Timeout::After(QUEUE_TIMEOUT))
             .await
-            .map_err(|(e, _)| BusError::Kafka(e))?
-            .into();
+            .map_err(|(e, _)| BusError::Kafka(e))?;
         metrics::counter!(RECORDS_OUT, "topic" => topic.to_string()).increment(1);
-        Ok(Delivered { partition, offset })
+        Ok(Delivered {
+            partition: delivery.partition,
+            offset: delivery.offset,
+        })
     }
 
     /// Encodes `record` with `codec` and sends it.

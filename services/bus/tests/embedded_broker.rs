@@ -37,10 +37,13 @@ where
     }
 }
 
+fn both<T>(sample: fn(bool) -> T) -> Vec<T> {
+    vec![sample(true), sample(false)]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_record_type_crosses_the_embedded_broker_intact() {
     let broker = EmbeddedBroker::start(1).unwrap();
-    let both = |f: fn(bool) -> _| vec![f(true), f(false)];
     produce_and_consume(&broker, "t.telemetry", both(common::telemetry)).await;
     produce_and_consume(&broker, "t.logs", both(common::log)).await;
     produce_and_consume(&broker, "t.agent", both(common::agent)).await;

@@ -5,6 +5,7 @@
 //! types here mirror the Avro schemas in `schemas/` field for field; the bus
 //! crate proves every one round-trips through its schema.
 
+pub mod allocation;
 pub mod records;
 pub mod taxonomy;
 

@@ -186,3 +186,15 @@ mod env_tests {
         });
     }
 }
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    /// The shipped example documents the defaults; keep the two in step.
+    #[test]
+    fn example_config_loads_and_equals_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/unicron.toml");
+        assert_eq!(Config::load(Some(&path)).unwrap(), Config::default());
+    }
+}

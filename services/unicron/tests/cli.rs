@@ -1,0 +1,109 @@
+//! The `unicron` binary as an operator runs it: separate processes, real
+//! arguments, real exit codes.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+fn unicron() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_unicron"));
+    command.env_remove("RUST_LOG");
+    // Port 0: tests never collide on the default metrics port.
+    command.env("UNICRON_METRICS__LISTEN", "127.0.0.1:0");
+    command
+}
+
+fn run(args: &[&str]) -> Output {
+    unicron().args(args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn version_is_printed() {
+    let out = run(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(text(&out.stdout).trim(), format!("unicron {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn topics_list_prints_the_topology() {
+    let out = run(&["topics", "list"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 10, "{stdout}");
+    assert!(lines[0].starts_with("topic"));
+    assert!(lines.iter().any(|l| l.starts_with("unicron.failures ") && l.contains("FailureEvent")));
+}
+
+#[test]
+fn bad_config_is_one_line_naming_the_field_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("u.toml");
+    std::fs::write(&path, "[kafka]\nmax_record_bytes = \"lots\"\n").unwrap();
+    let out = run(&["--config", path.to_str().unwrap(), "topics", "list"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: config:") && stderr.contains("kafka.max_record_bytes"), "{stderr}");
+}
+
+#[test]
+fn bad_environment_override_names_the_variable_path() {
+    let out = unicron()
+        .env("UNICRON_EMBEDDED__BROKERS", "many")
+        .args(["topics", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("embedded.brokers"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let out = run(&["up", "--duration", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--duration"), "{}", text(&out.stderr));
+    assert_eq!(run(&["topics", "delete"]).status.code(), Some(2));
+}
+
+#[test]
+fn topics_create_needs_brokers() {
+    let out = run(&["topics", "create"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "error: --brokers: required (or set kafka.brokers in the configuration)"
+    );
+}
+
+/// `unicron up` prints the broker first; another process can then use it,
+/// and `topics create` against it is idempotent (everything exists).
+#[test]
+fn up_hosts_a_broker_other_processes_can_use() {
+    let mut child = unicron()
+        .args(["up", "--duration", "20s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let broker = first
+        .strip_prefix("broker: ")
+        .unwrap_or_else(|| panic!("first line is `{first}`"))
+        .to_string();
+    assert_eq!(lines.next().unwrap().unwrap(), "topics: 9 (9 created, 0 existed)");
+    assert!(lines.next().unwrap().unwrap().starts_with("metrics: http://127.0.0.1:"));
+
+    let out = run(&["topics", "create", "--brokers", &broker]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 9, "{stdout}");
+    assert!(stdout.lines().all(|l| l.starts_with("exists ")), "{stdout}");
+    assert!(stdout.contains("unicron.telemetry (12 partitions)"), "{stdout}");
+}
