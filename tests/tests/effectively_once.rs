@@ -42,9 +42,18 @@ async fn run(dir: &Path, brokers: &str, stop_after_commit: Option<i64>) -> i64 {
     let mut committed = 0;
     let mut offset = next.unwrap_or(0);
     while offset < INPUTS {
-        let record = tokio::time::timeout(WAIT, consumer.recv()).await.unwrap().unwrap();
-        assert_eq!(record.offset, offset, "resumes exactly at the stored offset");
-        let n: i64 = std::str::from_utf8(&record.payload).unwrap().parse().unwrap();
+        let record = tokio::time::timeout(WAIT, consumer.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            record.offset, offset,
+            "resumes exactly at the stored offset"
+        );
+        let n: i64 = std::str::from_utf8(&record.payload)
+            .unwrap()
+            .parse()
+            .unwrap();
         let sum = store
             .state(b"sum")
             .unwrap()
@@ -109,12 +118,19 @@ async fn stops_between_commit_and_publish_lose_and_duplicate_nothing() {
     reader.assign(&[(OUTPUT, 0, None)]).unwrap();
     let mut seen = BTreeMap::new();
     for _ in 0..INPUTS {
-        let record = tokio::time::timeout(WAIT, reader.recv()).await.unwrap().unwrap();
+        let record = tokio::time::timeout(WAIT, reader.recv())
+            .await
+            .unwrap()
+            .unwrap();
         *seen
             .entry(String::from_utf8(record.payload).unwrap())
             .or_insert(0) += 1;
     }
-    assert_eq!(seen.len() as i64, INPUTS, "every output published: {seen:?}");
+    assert_eq!(
+        seen.len() as i64,
+        INPUTS,
+        "every output published: {seen:?}"
+    );
     assert!(seen.values().all(|c| *c == 1), "no duplicates: {seen:?}");
     // And nothing beyond the INPUTS outputs.
     let extra = tokio::time::timeout(Duration::from_millis(500), reader.recv()).await;

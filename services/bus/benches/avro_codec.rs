@@ -55,7 +55,10 @@ fn codec(c: &mut Criterion) {
         b.iter(|| codec.decode(black_box(&bytes)).unwrap())
     });
     group.finish();
-    println!("encoded size: {} bytes per batch of 64 samples", bytes.len());
+    println!(
+        "encoded size: {} bytes per batch of 64 samples",
+        bytes.len()
+    );
 }
 
 criterion_group!(benches, codec);

@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -104,7 +104,12 @@ pub async fn ensure_topics(
             status,
         });
     }
-    let order = |r: &TopicReport| topology.topics.iter().position(|t| config.topic(&t.name) == r.name);
+    let order = |r: &TopicReport| {
+        topology
+            .topics
+            .iter()
+            .position(|t| config.topic(&t.name) == r.name)
+    };
     reports.sort_by_key(order);
     Ok(reports)
 }

@@ -39,13 +39,19 @@ pub enum DecodeError {
     #[error("confluent framing: {0}")]
     Framing(String),
     #[error("avro {record}: {reason}")]
-    Avro { record: &'static str, reason: String },
+    Avro {
+        record: &'static str,
+        reason: String,
+    },
     #[error("avro {record}: {count} trailing bytes after the datum")]
     Trailing { record: &'static str, count: usize },
     #[error("record of {size} bytes exceeds the limit of {limit} bytes")]
     Oversized { size: usize, limit: usize },
     #[error("invalid {record}: {reason}")]
-    Invalid { record: &'static str, reason: String },
+    Invalid {
+        record: &'static str,
+        reason: String,
+    },
 }
 
 /// Encoder and decoder of one record type.
@@ -88,8 +94,10 @@ impl<T: AvroRecord> AvroCodec<T> {
         Ok(out)
     }
 
-    /// Encodes through apache-avro's generic `Value`. Same bytes as
-    /// [`encode`](Self::encode), slower; kept to measure and cross-check.
+    /// Encodes through apache-avro's generic `Value`: slower, and Avro maps
+    /// come out in `HashMap` order, so equal records may give different
+    /// bytes. Kept to measure and cross-check; never used for outputs,
+    /// which must be byte-deterministic (DESIGN §4).
     pub fn encode_via_value(&self, record: &T) -> Result<Vec<u8>, BusError> {
         let value = apache_avro::to_value(record).map_err(|e| encode_error::<T>(e.to_string()))?;
         let value = value

@@ -40,7 +40,10 @@ impl Consumer {
             .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            .set("fetch.message.max.bytes", (config.max_record_bytes + 4096).to_string());
+            .set(
+                "fetch.message.max.bytes",
+                (config.max_record_bytes + 4096).to_string(),
+            );
         for (key, value) in config.librdkafka_properties() {
             client.set(key, value);
         }

@@ -54,7 +54,12 @@ impl DeadLetterSink {
 
     /// Publishes the dead letter for `record` and waits for delivery.
     pub async fn send(&self, record: &InboundRecord, error: &DecodeError) -> Result<(), BusError> {
-        let letter = dead_letter(record, &error.to_string(), &self.service, self.payload_bound);
+        let letter = dead_letter(
+            record,
+            &error.to_string(),
+            &self.service,
+            self.payload_bound,
+        );
         tracing::warn!(
             topic = %record.topic,
             partition = record.partition,

@@ -60,17 +60,23 @@ impl EmbeddedBroker {
                             partitions,
                             reply,
                         } => {
-                            let outcome =
-                                match cluster.create_topic(&name, partitions, EMBEDDED_REPLICATION) {
-                                    Ok(()) => Ok(TopicStatus::Created),
-                                    Err(e)
-                                        if e.rdkafka_error_code()
-                                            == Some(RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS.into()) =>
-                                    {
-                                        Ok(TopicStatus::Exists)
-                                    }
-                                    Err(e) => Err(e.to_string()),
-                                };
+                            let outcome = match cluster.create_topic(
+                                &name,
+                                partitions,
+                                EMBEDDED_REPLICATION,
+                            ) {
+                                Ok(()) => Ok(TopicStatus::Created),
+                                Err(e)
+                                    if e.rdkafka_error_code()
+                                        == Some(
+                                            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS
+                                                .into(),
+                                        ) =>
+                                {
+                                    Ok(TopicStatus::Exists)
+                                }
+                                Err(e) => Err(e.to_string()),
+                            };
                             let _ = reply.send(outcome);
                         }
                     }

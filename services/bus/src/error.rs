@@ -11,7 +11,10 @@ pub enum BusError {
     #[error("embedded broker: {0}")]
     Embedded(String),
     #[error("encode {record}: {reason}")]
-    Encode { record: &'static str, reason: String },
+    Encode {
+        record: &'static str,
+        reason: String,
+    },
     #[error("topology: {0}")]
     Topology(String),
     #[error("internal: {0}")]

@@ -36,7 +36,10 @@ impl Producer {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "2")
-            .set("message.max.bytes", (config.max_record_bytes + 4096).to_string());
+            .set(
+                "message.max.bytes",
+                (config.max_record_bytes + 4096).to_string(),
+            );
         // Site settings win over ours.
         for (key, value) in config.librdkafka_properties() {
             client.set(key, value);

@@ -68,16 +68,28 @@ impl Topology {
                 return Err(bad("record", format!("no schema named `{}`", t.record)));
             }
             if t.partitions < 1 {
-                return Err(bad("partitions", format!("{} is not positive", t.partitions)));
+                return Err(bad(
+                    "partitions",
+                    format!("{} is not positive", t.partitions),
+                ));
             }
-            if !matches!(t.cleanup_policy.as_str(), "delete" | "compact" | "compact,delete") {
+            if !matches!(
+                t.cleanup_policy.as_str(),
+                "delete" | "compact" | "compact,delete"
+            ) {
                 return Err(bad(
                     "cleanup_policy",
-                    format!("`{}` is not delete, compact or compact,delete", t.cleanup_policy),
+                    format!(
+                        "`{}` is not delete, compact or compact,delete",
+                        t.cleanup_policy
+                    ),
                 ));
             }
             if t.retention_ms < -1 || t.retention_ms == 0 {
-                return Err(bad("retention_ms", "must be positive or -1 (forever)".into()));
+                return Err(bad(
+                    "retention_ms",
+                    "must be positive or -1 (forever)".into(),
+                ));
             }
             if let Some(group) = &t.co_partition_group {
                 let (first, partitions) = *groups.entry(group).or_insert((&t.name, t.partitions));
@@ -98,7 +110,14 @@ impl Topology {
     /// The topology as an aligned text table, topic names with `prefix`.
     pub fn render_table(&self, prefix: &str) -> String {
         let header = [
-            "topic", "key", "record", "parts", "cleanup", "retention", "producers", "consumers",
+            "topic",
+            "key",
+            "record",
+            "parts",
+            "cleanup",
+            "retention",
+            "producers",
+            "consumers",
         ];
         let rows: Vec<[String; 8]> = self
             .topics
@@ -172,7 +191,11 @@ mod tests {
             ]
         );
         for spec in &t.topics {
-            assert!(RecordType::from_name(&spec.record).is_some(), "{}", spec.name);
+            assert!(
+                RecordType::from_name(&spec.record).is_some(),
+                "{}",
+                spec.name
+            );
         }
     }
 

@@ -28,12 +28,20 @@ where
     for record in &records {
         producer.send(topic, "c1", record, &codec).await.unwrap();
     }
-    let consumer = Consumer::new(&config, broker.bootstrap_servers(), &format!("g-{topic}")).unwrap();
-    consumer.subscribe(&[topic]).unwrap();
+    let consumer =
+        Consumer::new(&config, broker.bootstrap_servers(), &format!("g-{topic}")).unwrap();
+    consumer.assign(&[(topic, 0, None)]).unwrap();
     for expected in &records {
-        let inbound = tokio::time::timeout(WAIT, consumer.recv()).await.unwrap().unwrap();
+        let inbound = tokio::time::timeout(WAIT, consumer.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(inbound.key.as_deref(), Some(&b"c1"[..]));
-        assert_eq!(&codec.decode(&inbound.payload).unwrap(), expected, "{topic}");
+        assert_eq!(
+            &codec.decode(&inbound.payload).unwrap(),
+            expected,
+            "{topic}"
+        );
     }
 }
 
@@ -71,7 +79,10 @@ async fn garbage_goes_to_the_dlq_and_the_next_record_is_processed() {
         .send_bytes(logs, b"node-3", &[0xde, 0xad, 0xbe, 0xef, 0x01])
         .await
         .unwrap();
-    producer.send_bytes(logs, b"node-3", &vec![b'x'; 5000]).await.unwrap();
+    producer
+        .send_bytes(logs, b"node-3", &vec![b'x'; 5000])
+        .await
+        .unwrap();
     let valid = common::log(true);
     producer.send(logs, "node-3", &valid, &codec).await.unwrap();
 
@@ -89,22 +100,32 @@ async fn garbage_goes_to_the_dlq_and_the_next_record_is_processed() {
     assert_eq!(record.offset, 2);
 
     let letters = Consumer::new(&config, broker.bootstrap_servers(), "operators").unwrap();
-    letters.subscribe(&[dlq_topic]).unwrap();
+    letters.assign(&[(dlq_topic, 0, None)]).unwrap();
     let dlq_codec = AvroCodec::<DeadLetter>::default();
     let mut seen = Vec::new();
     for _ in 0..2 {
-        let r = tokio::time::timeout(WAIT, letters.recv()).await.unwrap().unwrap();
+        let r = tokio::time::timeout(WAIT, letters.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(r.key.as_deref(), Some(logs.as_bytes()));
         seen.push(dlq_codec.decode(&r.payload).unwrap());
     }
     assert_eq!((seen[0].offset, seen[1].offset), (0, 1));
     assert_eq!(seen[0].source_topic, logs);
     assert_eq!(seen[0].payload, vec![0xde, 0xad, 0xbe, 0xef, 0x01]);
-    assert!(seen[0].error.starts_with("avro LogRecord:"), "{}", seen[0].error);
+    assert!(
+        seen[0].error.starts_with("avro LogRecord:"),
+        "{}",
+        seen[0].error
+    );
     assert_eq!(seen[0].service, "detector");
     assert_eq!(seen[1].payload_size, 5000);
     assert_eq!(seen[1].payload.len(), 1024, "payload bounded");
-    assert_eq!(seen[1].error, "record of 5000 bytes exceeds the limit of 4096 bytes");
+    assert_eq!(
+        seen[1].error,
+        "record of 5000 bytes exceeds the limit of 4096 bytes"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,10 +134,14 @@ async fn topics_create_is_idempotent_on_the_embedded_broker() {
     let topology = Topology::builtin();
     let config = config();
 
-    let first = broker.ensure_topics(&topology, &config.topic_prefix).unwrap();
+    let first = broker
+        .ensure_topics(&topology, &config.topic_prefix)
+        .unwrap();
     assert_eq!(first.len(), topology.topics.len());
     assert!(first.iter().all(|r| r.status == TopicStatus::Created));
-    let second = broker.ensure_topics(&topology, &config.topic_prefix).unwrap();
+    let second = broker
+        .ensure_topics(&topology, &config.topic_prefix)
+        .unwrap();
     assert!(second.iter().all(|r| r.status == TopicStatus::Exists));
 
     // The CLI's path (`unicron topics create --brokers`) reads metadata
@@ -131,7 +156,13 @@ async fn topics_create_is_idempotent_on_the_embedded_broker() {
     let want: Vec<(String, i32, TopicStatus)> = topology
         .topics
         .iter()
-        .map(|t| (format!("unicron.{}", t.name), t.partitions, TopicStatus::Exists))
+        .map(|t| {
+            (
+                format!("unicron.{}", t.name),
+                t.partitions,
+                TopicStatus::Exists,
+            )
+        })
         .collect();
     assert_eq!(got, want);
 }
@@ -164,6 +195,9 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
         .unwrap();
     let mut body = String::new();
     stream.read_to_string(&mut body).await.unwrap();
-    assert!(body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(
+        body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"),
+        "{body}"
+    );
     body
 }

@@ -40,7 +40,10 @@ impl Profile {
         }
         for (i, &(gpus, flops)) in points.iter().enumerate() {
             if gpus == 0 {
-                return Err(invalid(format!("{field}[{i}]"), "GPU count must be positive"));
+                return Err(invalid(
+                    format!("{field}[{i}]"),
+                    "GPU count must be positive",
+                ));
             }
             if !flops.is_finite() || flops < 0.0 {
                 return Err(invalid(
@@ -51,7 +54,11 @@ impl Profile {
             if i > 0 && gpus <= points[i - 1].0 {
                 return Err(invalid(
                     format!("{field}[{i}]"),
-                    format!("GPU counts must increase ({} after {})", gpus, points[i - 1].0),
+                    format!(
+                        "GPU counts must increase ({} after {})",
+                        gpus,
+                        points[i - 1].0
+                    ),
                 ));
             }
         }
@@ -160,12 +167,18 @@ impl Problem {
             return Err(invalid("unit", "must be positive"));
         }
         if !self.running_s.is_finite() || self.running_s < 0.0 {
-            return Err(invalid("d_running_s", "must be a finite, non-negative number"));
+            return Err(invalid(
+                "d_running_s",
+                "must be a finite, non-negative number",
+            ));
         }
         for (i, job) in self.jobs.iter().enumerate() {
             let field = |name: &str| format!("jobs[{i}].{name}");
             if !job.weight.is_finite() || job.weight < 0.0 {
-                return Err(invalid(field("weight"), "must be a finite, non-negative number"));
+                return Err(invalid(
+                    field("weight"),
+                    "must be a finite, non-negative number",
+                ));
             }
             if job.min_gpus > job.max_gpus {
                 return Err(invalid(
@@ -185,7 +198,12 @@ impl Problem {
 
     /// Value of a given allocation.
     pub fn evaluate(&self, gpus: &[u32]) -> Allocation {
-        let waf = self.jobs.iter().zip(gpus).map(|(j, &x)| j.useful_flops(x)).sum();
+        let waf = self
+            .jobs
+            .iter()
+            .zip(gpus)
+            .map(|(j, &x)| j.useful_flops(x))
+            .sum();
         let objective = self
             .jobs
             .iter()
@@ -354,30 +372,32 @@ mod properties {
             0.1f64..3.0,
             proptest::collection::vec(0.0f64..100.0, 1..4),
         )
-            .prop_map(move |(min_units, extra, current_units, hit, transition_s, weight, rates)| {
-                let unit = 8;
-                let min = min_units * unit - 4; // not always a multiple of the unit
-                let max = (min_units + extra) * unit;
-                let mut flops = 0.0;
-                let points = rates
-                    .iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        flops += r;
-                        (min + 8 * i as u32, flops)
-                    })
-                    .collect();
-                JobDemand {
-                    id: format!("j{index}"),
-                    weight,
-                    min_gpus: min,
-                    max_gpus: max,
-                    current_gpus: current_units * unit,
-                    hit,
-                    transition_s,
-                    profile: Profile::new(points, "t").unwrap(),
-                }
-            })
+            .prop_map(
+                move |(min_units, extra, current_units, hit, transition_s, weight, rates)| {
+                    let unit = 8;
+                    let min = min_units * unit - 4; // not always a multiple of the unit
+                    let max = (min_units + extra) * unit;
+                    let mut flops = 0.0;
+                    let points = rates
+                        .iter()
+                        .enumerate()
+                        .map(|(i, r)| {
+                            flops += r;
+                            (min + 8 * i as u32, flops)
+                        })
+                        .collect();
+                    JobDemand {
+                        id: format!("j{index}"),
+                        weight,
+                        min_gpus: min,
+                        max_gpus: max,
+                        current_gpus: current_units * unit,
+                        hit,
+                        transition_s,
+                        profile: Profile::new(points, "t").unwrap(),
+                    }
+                },
+            )
     }
 
     fn arb_problem() -> impl Strategy<Value = Problem> {
@@ -398,7 +418,12 @@ mod properties {
         let options: Vec<Vec<u32>> = problem
             .jobs
             .iter()
-            .map(|j| j.options(problem.unit, units).into_iter().map(|k| k * problem.unit).collect())
+            .map(|j| {
+                j.options(problem.unit, units)
+                    .into_iter()
+                    .map(|k| k * problem.unit)
+                    .collect()
+            })
             .collect();
         let mut best = f64::NEG_INFINITY;
         let mut pick = vec![0usize; options.len()];

@@ -146,10 +146,15 @@ impl FromStr for FailureKind {
 impl FromStr for Severity {
     type Err = UnknownSymbol;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Severity::Sev1, Severity::Sev2, Severity::Sev3, Severity::Unknown]
-            .into_iter()
-            .find(|v| v.symbol() == s)
-            .ok_or_else(|| UnknownSymbol(s.to_string()))
+        [
+            Severity::Sev1,
+            Severity::Sev2,
+            Severity::Sev3,
+            Severity::Unknown,
+        ]
+        .into_iter()
+        .find(|v| v.symbol() == s)
+        .ok_or_else(|| UnknownSymbol(s.to_string()))
     }
 }
 
@@ -185,7 +190,10 @@ mod tests {
         assert_eq!(FailureKind::NcclTimeout.default_severity(), Severity::Sev3);
         assert_eq!(FailureKind::EccError.default_severity(), Severity::Sev1);
         assert_eq!(FailureKind::TaskHang.default_severity(), Severity::Sev2);
-        assert_eq!(FailureKind::LostConnection.default_severity(), Severity::Sev1);
+        assert_eq!(
+            FailureKind::LostConnection.default_severity(),
+            Severity::Sev1
+        );
         assert_eq!(FailureKind::Straggler.default_severity(), Severity::Sev3);
     }
 

@@ -1,7 +1,9 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use rocksdb::{ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+use rocksdb::{
+    ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions,
+};
 
 use crate::outbox::{OutboxEntry, OutboxKey};
 
@@ -64,7 +66,8 @@ impl Commit {
 
     /// Records that input up to (not including) `next_offset` is consumed.
     pub fn consumed(&mut self, topic: &str, partition: i32, next_offset: i64) -> &mut Self {
-        self.offsets.push((topic.to_string(), partition, next_offset));
+        self.offsets
+            .push((topic.to_string(), partition, next_offset));
         self
     }
 
@@ -184,7 +187,10 @@ impl Store {
     /// Every stored offset as (topic, partition, next offset), sorted.
     pub fn offsets(&self) -> Result<Vec<(String, i32, i64)>, StoreError> {
         let mut out = Vec::new();
-        for item in self.db.iterator_cf(self.cf(CF_OFFSETS), IteratorMode::Start) {
+        for item in self
+            .db
+            .iterator_cf(self.cf(CF_OFFSETS), IteratorMode::Start)
+        {
             let (key, value) = item?;
             let split = key
                 .iter()
@@ -222,7 +228,9 @@ impl Store {
     }
 
     fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
-        self.db.cf_handle(name).expect("every family is created at open")
+        self.db
+            .cf_handle(name)
+            .expect("every family is created at open")
     }
 }
 

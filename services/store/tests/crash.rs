@@ -84,16 +84,20 @@ fn run_in_child(dir: &Path, crash: CrashPoint) {
         CrashPoint::AfterPublish(n) => ("publish", n),
     };
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["child_processor", "--exact", "--nocapture"])
+        .args(["child_processor", "--exact", "--ignored", "--nocapture"])
         .env("STORE_CRASH_DIR", dir)
         .env("STORE_CRASH_AT", format!("{kind}:{n}"))
         .status()
         .unwrap();
-    assert!(!status.success(), "the child must have crashed at {crash:?}");
+    assert!(
+        !status.success(),
+        "the child must have crashed at {crash:?}"
+    );
 }
 
-/// Entry point of the child process; a no-op in a normal test run.
+/// Entry point of the child process, run only by `run_in_child`.
 #[test]
+#[ignore = "entry point of the crash tests' child process"]
 fn child_processor() {
     let (Ok(dir), Ok(at)) = (
         std::env::var("STORE_CRASH_DIR"),
@@ -115,7 +119,10 @@ fn outcome(dir: &Path) -> (i64, BTreeMap<String, usize>) {
     let sum = i64::from_be_bytes(store.state(b"sum").unwrap().unwrap().try_into().unwrap());
     assert!(store.outbox().unwrap().is_empty(), "outbox fully drained");
     let mut counts = BTreeMap::new();
-    for line in std::fs::read_to_string(dir.join("published.txt")).unwrap().lines() {
+    for line in std::fs::read_to_string(dir.join("published.txt"))
+        .unwrap()
+        .lines()
+    {
         *counts.entry(line.to_string()).or_insert(0) += 1;
     }
     (sum, counts)
@@ -129,7 +136,10 @@ fn crash_between_commit_and_drain_loses_and_duplicates_nothing() {
         run_in_child(dir.path(), CrashPoint::AfterCommit(n));
         run(dir.path(), None);
         let (sum, counts) = outcome(dir.path());
-        assert_eq!(sum, expected_sum, "input applied once each (crash after commit {n})");
+        assert_eq!(
+            sum, expected_sum,
+            "input applied once each (crash after commit {n})"
+        );
         assert_eq!(counts.len() as i64, INPUTS, "every output published");
         assert!(counts.values().all(|c| *c == 1), "no duplicate: {counts:?}");
     }
@@ -183,7 +193,10 @@ fn drop_without_drain_keeps_the_outbox_and_offsets() {
         store.offsets().unwrap(),
         vec![("a".to_string(), 2, 10), ("b".to_string(), 0, 3)]
     );
-    assert_eq!(store.remembered(b"cmd-1").unwrap().as_deref(), Some(&b"succeeded"[..]));
+    assert_eq!(
+        store.remembered(b"cmd-1").unwrap().as_deref(),
+        Some(&b"succeeded"[..])
+    );
     let pending: Vec<_> = store.outbox().unwrap();
     assert_eq!(pending.len(), 2);
     assert_eq!(pending[0].1.payload, b"p1");
@@ -198,7 +211,12 @@ fn drop_without_drain_keeps_the_outbox_and_offsets() {
     });
     let keys = store.commit(commit).unwrap();
     assert!(keys[0] > pending[1].0);
-    let payloads: Vec<_> = store.outbox().unwrap().into_iter().map(|(_, e)| e.payload).collect();
+    let payloads: Vec<_> = store
+        .outbox()
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e.payload)
+        .collect();
     assert_eq!(payloads, vec![b"p2".to_vec(), b"p3".to_vec()]);
 }
 

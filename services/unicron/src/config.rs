@@ -75,7 +75,10 @@ impl Config {
         }
         figment = figment.merge(
             Env::prefixed("UNICRON_")
-                .filter(|key| ENV_SECTIONS.iter().any(|s| key.as_str().starts_with(s)))
+                .filter(|key| {
+                    let key = key.as_str().to_ascii_lowercase();
+                    ENV_SECTIONS.iter().any(|s| key.starts_with(s))
+                })
                 .split("__"),
         );
         let config: Config = figment.extract().map_err(one_line)?;
@@ -85,8 +88,16 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field: &str, why: &str| Err(ConfigError(format!("{field}: {why}")));
-        if self.kafka.brokers.as_deref().is_some_and(|b| b.trim().is_empty()) {
-            return bad("kafka.brokers", "empty; leave it unset for the embedded broker");
+        if self
+            .kafka
+            .brokers
+            .as_deref()
+            .is_some_and(|b| b.trim().is_empty())
+        {
+            return bad(
+                "kafka.brokers",
+                "empty; leave it unset for the embedded broker",
+            );
         }
         if self.kafka.max_record_bytes == 0 {
             return bad("kafka.max_record_bytes", "must be positive");
@@ -100,7 +111,10 @@ impl Config {
 
 /// figment's message names the key path; keep the first error, on one line.
 fn one_line(error: figment::Error) -> ConfigError {
-    let first = error.into_iter().next().expect("an error has at least one entry");
+    let first = error
+        .into_iter()
+        .next()
+        .expect("an error has at least one entry");
     let mut text = first.to_string();
     if !first.path.is_empty() && !text.contains(&first.path.join(".")) {
         text = format!("{}: {text}", first.path.join("."));
@@ -112,16 +126,27 @@ fn one_line(error: figment::Error) -> ConfigError {
 mod tests {
     use super::*;
 
+    /// Config tests read the process environment, which the env test
+    /// changes; Jail serialises them.
+    pub(super) fn jailed<T>(f: impl FnOnce() -> T) -> T {
+        let mut out = None;
+        figment::Jail::expect_with(|_| {
+            out = Some(f());
+            Ok(())
+        });
+        out.unwrap()
+    }
+
     fn load_text(text: &str) -> Result<Config, ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("unicron.toml");
         std::fs::write(&path, text).unwrap();
-        Config::load(Some(&path))
+        jailed(|| Config::load(Some(&path)))
     }
 
     #[test]
     fn defaults_without_a_file() {
-        let config = Config::load(None).unwrap();
+        let config = jailed(|| Config::load(None)).unwrap();
         assert_eq!(config.kafka.topic_prefix, "unicron.");
         assert!(config.kafka.brokers.is_none());
     }
@@ -142,20 +167,28 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_on_one_line() {
-        let err = load_text("[metrics]\nlisten = \"not an address\"\n").unwrap_err().to_string();
+        let err = load_text("[metrics]\nlisten = \"not an address\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("metrics.listen"), "{err}");
         assert!(!err.contains('\n'));
 
-        let err = load_text("[metrcs]\nlisten = \"x\"\n").unwrap_err().to_string();
+        let err = load_text("[metrcs]\nlisten = \"x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("metrcs"), "{err}");
 
-        let err = load_text("[kafka]\nmax_record_bytes = 0\n").unwrap_err().to_string();
+        let err = load_text("[kafka]\nmax_record_bytes = 0\n")
+            .unwrap_err()
+            .to_string();
         assert_eq!(err, "config: kafka.max_record_bytes: must be positive");
 
-        let err = load_text("[embedded]\nbrokers = \"three\"\n").unwrap_err().to_string();
+        let err = load_text("[embedded]\nbrokers = \"three\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("embedded.brokers"), "{err}");
 
-        let err = Config::load(Some(Path::new("/nonexistent/unicron.toml")))
+        let err = jailed(|| Config::load(Some(Path::new("/nonexistent/unicron.toml"))))
             .unwrap_err()
             .to_string();
         assert_eq!(err, "config: /nonexistent/unicron.toml: no such file");
@@ -180,7 +213,9 @@ mod env_tests {
                 vec![("sasl.username".to_string(), "svc".to_string())]
             );
             jail.set_env("UNICRON_METRICS__ENABLED", "maybe");
-            let err = Config::load(Some(Path::new("u.toml"))).unwrap_err().to_string();
+            let err = Config::load(Some(Path::new("u.toml")))
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("metrics.enabled"), "{err}");
             Ok(())
         });
@@ -195,6 +230,7 @@ mod example_tests {
     #[test]
     fn example_config_loads_and_equals_the_defaults() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/unicron.toml");
-        assert_eq!(Config::load(Some(&path)).unwrap(), Config::default());
+        let loaded = super::tests::jailed(|| Config::load(Some(&path))).unwrap();
+        assert_eq!(loaded, Config::default());
     }
 }

@@ -7,7 +7,10 @@ use unicron_bus::admin::ensure_topics;
 use crate::config::Config;
 
 pub fn list(config: &Config) -> anyhow::Result<()> {
-    print!("{}", Topology::builtin().render_table(&config.kafka.topic_prefix));
+    print!(
+        "{}",
+        Topology::builtin().render_table(&config.kafka.topic_prefix)
+    );
     Ok(())
 }
 
@@ -19,7 +22,10 @@ pub async fn create(config: &Config, brokers: Option<String>) -> anyhow::Result<
         .await
         .with_context(|| format!("creating topics on {brokers}"))?;
     for report in reports {
-        println!("{:<8} {} ({} partitions)", report.status, report.name, report.partitions);
+        println!(
+            "{:<8} {} ({} partitions)",
+            report.status, report.name, report.partitions
+        );
     }
     Ok(())
 }

@@ -37,8 +37,16 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     };
     // First line of output, for other tools (kcat -b ...) to connect.
     println!("broker: {bootstrap}");
-    let created = reports.iter().filter(|r| r.status == TopicStatus::Created).count();
-    println!("topics: {} ({} created, {} existed)", reports.len(), created, reports.len() - created);
+    let created = reports
+        .iter()
+        .filter(|r| r.status == TopicStatus::Created)
+        .count();
+    println!(
+        "topics: {} ({} created, {} existed)",
+        reports.len(),
+        created,
+        reports.len() - created
+    );
 
     let _metrics = if config.metrics.enabled {
         let server = unicron_bus::metrics::serve(config.metrics.listen).await?;
@@ -53,7 +61,9 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         Some(duration) => tokio::time::sleep(duration).await,
         None => {
             println!("running; Ctrl-C to stop");
-            tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+            tokio::signal::ctrl_c()
+                .await
+                .context("waiting for Ctrl-C")?;
         }
     }
     println!("stopped");

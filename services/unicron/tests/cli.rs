@@ -24,7 +24,10 @@ fn text(bytes: &[u8]) -> String {
 fn version_is_printed() {
     let out = run(&["--version"]);
     assert!(out.status.success());
-    assert_eq!(text(&out.stdout).trim(), format!("unicron {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("unicron {}", env!("CARGO_PKG_VERSION"))
+    );
 }
 
 #[test]
@@ -35,7 +38,11 @@ fn topics_list_prints_the_topology() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 10, "{stdout}");
     assert!(lines[0].starts_with("topic"));
-    assert!(lines.iter().any(|l| l.starts_with("unicron.failures ") && l.contains("FailureEvent")));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("unicron.failures ") && l.contains("FailureEvent"))
+    );
 }
 
 #[test]
@@ -47,7 +54,10 @@ fn bad_config_is_one_line_naming_the_field_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with("error: config:") && stderr.contains("kafka.max_record_bytes"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: config:") && stderr.contains("kafka.max_record_bytes"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -58,14 +68,22 @@ fn bad_environment_override_names_the_variable_path() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("embedded.brokers"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("embedded.brokers"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
 fn bad_arguments_exit_2() {
     let out = run(&["up", "--duration", "soon"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--duration"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--duration"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(run(&["topics", "delete"]).status.code(), Some(2));
 }
 
@@ -95,8 +113,17 @@ fn up_hosts_a_broker_other_processes_can_use() {
         .strip_prefix("broker: ")
         .unwrap_or_else(|| panic!("first line is `{first}`"))
         .to_string();
-    assert_eq!(lines.next().unwrap().unwrap(), "topics: 9 (9 created, 0 existed)");
-    assert!(lines.next().unwrap().unwrap().starts_with("metrics: http://127.0.0.1:"));
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "topics: 9 (9 created, 0 existed)"
+    );
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .unwrap()
+            .starts_with("metrics: http://127.0.0.1:")
+    );
 
     let out = run(&["topics", "create", "--brokers", &broker]);
     child.kill().unwrap();
@@ -105,5 +132,8 @@ fn up_hosts_a_broker_other_processes_can_use() {
     let stdout = text(&out.stdout);
     assert_eq!(stdout.lines().count(), 9, "{stdout}");
     assert!(stdout.lines().all(|l| l.starts_with("exists ")), "{stdout}");
-    assert!(stdout.contains("unicron.telemetry (12 partitions)"), "{stdout}");
+    assert!(
+        stdout.contains("unicron.telemetry (12 partitions)"),
+        "{stdout}"
+    );
 }

@@ -66,7 +66,11 @@ pub fn agent(full: bool) -> AgentEvent {
         cluster: "c1".into(),
         node: "node-3".into(),
         time_ms: 1_764_000_000_500,
-        kind: if full { AgentEventKind::IterationDone } else { AgentEventKind::Heartbeat },
+        kind: if full {
+            AgentEventKind::IterationDone
+        } else {
+            AgentEventKind::Heartbeat
+        },
         job: full.then(|| "gpt-13b".into()),
         rank: full.then_some(7),
         exit_code: full.then_some(1),
@@ -108,7 +112,11 @@ pub fn cluster(full: bool) -> ClusterEvent {
     ClusterEvent {
         cluster: "c1".into(),
         time_ms: 1_764_000_000_000,
-        kind: if full { ClusterEventKind::JobSubmitted } else { ClusterEventKind::NodeRepaired },
+        kind: if full {
+            ClusterEventKind::JobSubmitted
+        } else {
+            ClusterEventKind::NodeRepaired
+        },
         node: (!full).then(|| "node-3".into()),
         gpus: (!full).then_some(8),
         job_id: full.then(|| "gpt-13b".into()),
@@ -120,8 +128,14 @@ pub fn cluster(full: bool) -> ClusterEvent {
             dp_degree: 4,
             checkpoint_interval_s: 1800,
             throughput: vec![
-                ThroughputPoint { gpus: 16, flops: 2.1e15 },
-                ThroughputPoint { gpus: 128, flops: 1.41e16 },
+                ThroughputPoint {
+                    gpus: 16,
+                    flops: 2.1e15,
+                },
+                ThroughputPoint {
+                    gpus: 128,
+                    flops: 1.41e16,
+                },
             ],
         }),
     }
@@ -153,7 +167,11 @@ pub fn decision(full: bool) -> Decision {
         },
         chosen_index: full.then_some(0),
         assignment: if full {
-            [("gpt-13b".to_string(), vec!["node-1".to_string(), "node-2".to_string()])].into()
+            [(
+                "gpt-13b".to_string(),
+                vec!["node-1".to_string(), "node-2".to_string()],
+            )]
+            .into()
         } else {
             BTreeMap::new()
         },
@@ -170,9 +188,17 @@ pub fn command(full: bool) -> Command {
         time_ms: 1_764_000_000_030,
         action: CommandAction::Reconfigure,
         job: full.then(|| "gpt-13b".into()),
-        nodes: if full { vec!["node-1".into(), "node-2".into()] } else { vec![] },
+        nodes: if full {
+            vec!["node-1".into(), "node-2".into()]
+        } else {
+            vec![]
+        },
         restore_from: full.then(|| "replica:node-2".into()),
-        causation: if full { vec!["f-logs-3-1042".into()] } else { vec![] },
+        causation: if full {
+            vec!["f-logs-3-1042".into()]
+        } else {
+            vec![]
+        },
         key_id: "dev".into(),
         signature: (0..64).collect(),
     }
@@ -183,7 +209,11 @@ pub fn result(full: bool) -> CommandResult {
         command_id: "cmd-c1-failures-2-77-0".into(),
         cluster: "c1".into(),
         time_ms: 1_764_000_000_900,
-        status: if full { CommandStatus::Failed } else { CommandStatus::Succeeded },
+        status: if full {
+            CommandStatus::Failed
+        } else {
+            CommandStatus::Succeeded
+        },
         reason: full.then(|| "backend returned 503".into()),
         duration_ms: 870,
         executor: "executor-c1".into(),
