@@ -6,7 +6,9 @@
 //! crate proves every one round-trips through its schema.
 
 pub mod allocation;
+pub mod planner;
 pub mod records;
+pub mod signing;
 pub mod taxonomy;
 
 pub use records::*;

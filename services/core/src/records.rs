@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::taxonomy::{FailureKind, Severity};
+pub use crate::taxonomy::{FailureKind, Severity};
 
 /// Metric samples from one node (`unicron.telemetry`, key: node).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

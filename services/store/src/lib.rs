@@ -11,4 +11,4 @@ mod outbox;
 mod store;
 
 pub use outbox::{OutboxEntry, OutboxKey};
-pub use store::{Commit, Store, StoreError, StoreOptions};
+pub use store::{Commit, KeyValue, Store, StoreError, StoreOptions};

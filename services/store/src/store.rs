@@ -22,19 +22,16 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// A key and its value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
 /// How the store writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreOptions {
     /// fsync the write-ahead log on every commit. Off, a commit survives a
     /// crash of the process (kill -9) but not of the machine; on, it survives
     /// both, at the price of one fsync per commit.
     pub sync: bool,
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions { sync: false }
-    }
 }
 
 /// Everything one processing step changes, written atomically by
@@ -163,7 +160,7 @@ impl Store {
     }
 
     /// Every state entry whose key starts with `prefix`, in key order.
-    pub fn state_with_prefix(&self, prefix: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn state_with_prefix(&self, prefix: &[u8]) -> Result<Vec<KeyValue>, StoreError> {
         let mode = IteratorMode::From(prefix, Direction::Forward);
         let mut out = Vec::new();
         for item in self.db.iterator_cf(self.cf(CF_STATE), mode) {

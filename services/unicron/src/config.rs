@@ -123,6 +123,7 @@ fn one_line(error: figment::Error) -> ConfigError {
 }
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closure signature
 mod tests {
     use super::*;
 
@@ -196,6 +197,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closure signature
 mod env_tests {
     use super::*;
 

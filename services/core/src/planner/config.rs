@@ -1,0 +1,82 @@
+//! The planner's tunables. Defaults follow PAPER.md where it gives a figure.
+
+use serde::{Deserialize, Serialize};
+
+use crate::records::CommandAction;
+
+/// Which recovery policy decides (`[planner] policy` in the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    /// Unicron: cheapest action by severity, cluster-wide re-plan on SEV1.
+    Unicron,
+    /// Megatron-like: every failure restarts the job from its checkpoint at
+    /// the same size, waiting for capacity.
+    CheckpointRestart,
+    /// Oobleck/Varuna-like: only the hit job shrinks or regrows.
+    ElasticSingleJob,
+}
+
+impl PolicyName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::Unicron => "unicron",
+            PolicyName::CheckpointRestart => "checkpoint-restart",
+            PolicyName::ElasticSingleJob => "elastic-single-job",
+        }
+    }
+}
+
+/// Planner settings, the same for every cluster it serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlannerConfig {
+    pub policy: PolicyName,
+    /// GPUs per node; the allocation unit is one node.
+    pub node_gpus: u32,
+    /// D_running until the cluster has failure history: expected seconds
+    /// until the next reconfiguration.
+    pub default_running_s: f64,
+    /// Failures whose times estimate the mean time between failures.
+    pub mtbf_window: usize,
+    /// D_transition per action until observed durations refine it, seconds.
+    pub reattempt_s: f64,
+    pub restart_s: f64,
+    pub reconfigure_s: f64,
+    /// The same fault (job, kind) seen this many times within
+    /// `escalation_window_s` is escalated one severity.
+    pub escalation_repeats: usize,
+    pub escalation_window_s: f64,
+    /// Alternatives recorded in a decision, best first.
+    pub alternatives: usize,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        PlannerConfig {
+            policy: PolicyName::Unicron,
+            node_gpus: 8,
+            default_running_s: 86_400.0,
+            mtbf_window: 32,
+            reattempt_s: 30.0,
+            // PAPER.md: 9 min re-queue + 14 min set-up for a default restart;
+            // a restart from a replica skips the re-queue.
+            restart_s: 14.0 * 60.0,
+            reconfigure_s: 10.0 * 60.0,
+            escalation_repeats: 2,
+            escalation_window_s: 300.0,
+            alternatives: 4,
+        }
+    }
+}
+
+impl PlannerConfig {
+    /// Configured D_transition of an action, seconds.
+    pub fn transition_s(&self, action: CommandAction) -> f64 {
+        match action {
+            CommandAction::Reattempt => self.reattempt_s,
+            CommandAction::Restart => self.restart_s,
+            _ => self.reconfigure_s,
+        }
+    }
+}

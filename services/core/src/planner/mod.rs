@@ -1,0 +1,530 @@
+//! The planner as a pure state machine: `apply` one input record (a
+//! failure, a cluster event or a command result), get the decision and
+//! commands it leads to. Same inputs in the same order give byte-identical
+//! outputs (DESIGN §4): no clock, ordered maps, deterministic ids and
+//! signatures.
+
+mod config;
+mod policy;
+mod replan;
+mod state;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sha2::{Digest, Sha256};
+
+pub use config::{PlannerConfig, PolicyName};
+pub use policy::{Hit, Policy, policy};
+pub use replan::{Action, Plan};
+pub use state::{ClusterState, Health, InFlight, Job, JobStatus, Node, Observed, RecentFault};
+
+use crate::allocation::Profile;
+use crate::records::{
+    ClusterEvent, ClusterEventKind, Command, CommandAction, CommandResult, CommandStatus, Decision,
+    FailureEvent, JobSpec, Severity, Trigger,
+};
+use crate::signing::CommandSigner;
+
+/// Version of the decision logic; bump it when the same inputs would lead
+/// to different decisions, so replay can tell a bug from a policy change.
+pub const POLICY_VERSION: &str = "1";
+
+/// Failure times kept per node and per cluster.
+const HISTORY: usize = 64;
+
+/// One input record and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Input {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub event: InputEvent,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputEvent {
+    Failure(FailureEvent),
+    Cluster(ClusterEvent),
+    Result(CommandResult),
+}
+
+impl InputEvent {
+    pub fn cluster(&self) -> &str {
+        match self {
+            InputEvent::Failure(f) => &f.cluster,
+            InputEvent::Cluster(c) => &c.cluster,
+            InputEvent::Result(r) => &r.cluster,
+        }
+    }
+
+    pub fn time_ms(&self) -> i64 {
+        match self {
+            InputEvent::Failure(f) => f.detected_ms,
+            InputEvent::Cluster(c) => c.time_ms,
+            InputEvent::Result(r) => r.time_ms,
+        }
+    }
+}
+
+/// What one input leads to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Decision(Decision),
+    Command(Command),
+    /// The input is impossible (e.g. a node event without a node): it goes
+    /// to the dead-letter topic with this reason and changes nothing.
+    Rejected(String),
+}
+
+/// The planner of every cluster it has seen.
+#[derive(Debug)]
+pub struct Planner {
+    config: PlannerConfig,
+    signer: CommandSigner,
+    clusters: BTreeMap<String, ClusterState>,
+}
+
+impl Planner {
+    pub fn new(config: PlannerConfig, signer: CommandSigner) -> Planner {
+        Planner {
+            config,
+            signer,
+            clusters: BTreeMap::new(),
+        }
+    }
+
+    pub fn config(&self) -> &PlannerConfig {
+        &self.config
+    }
+
+    pub fn cluster(&self, id: &str) -> Option<&ClusterState> {
+        self.clusters.get(id)
+    }
+
+    pub fn clusters(&self) -> impl Iterator<Item = &ClusterState> {
+        self.clusters.values()
+    }
+
+    /// Installs a cluster's state loaded from the store.
+    pub fn restore(&mut self, state: ClusterState) {
+        self.clusters.insert(state.id.clone(), state);
+    }
+
+    /// Forgets a cluster (its partition moved to another instance).
+    pub fn evict(&mut self, id: &str) -> Option<ClusterState> {
+        self.clusters.remove(id)
+    }
+
+    /// Applies one input. Returns the decision first, then its commands;
+    /// or a single `Rejected`.
+    pub fn apply(&mut self, input: &Input) -> Vec<Output> {
+        let cluster = input.event.cluster().to_string();
+        if cluster.is_empty() {
+            return vec![Output::Rejected("record names no cluster".into())];
+        }
+        let state = self
+            .clusters
+            .entry(cluster.clone())
+            .or_insert_with(|| ClusterState::new(&cluster));
+        let before = state.clone();
+        let digest = inputs_digest(state, input);
+        state.watermark_ms = state.watermark_ms.max(input.event.time_ms());
+        let policy = policy::policy(self.config.policy);
+        let step = match &input.event {
+            InputEvent::Failure(f) => on_failure(&self.config, policy, state, f),
+            InputEvent::Cluster(c) => on_cluster_event(&self.config, policy, state, c),
+            InputEvent::Result(r) => on_result(&self.config, policy, state, r),
+        };
+        let (trigger_kind, ref_id, plan, failure_id) = match step {
+            Ok(step) => step,
+            Err(reason) => {
+                *state = before;
+                return vec![Output::Rejected(reason)];
+            }
+        };
+        let decision_id = format!(
+            "d:{cluster}:{}:{}:{}",
+            input.topic, input.partition, input.offset
+        );
+        let time_ms = input.event.time_ms();
+        let mut commands = Vec::with_capacity(plan.actions.len());
+        for (index, action) in plan.actions.iter().enumerate() {
+            let mut command = Command {
+                id: format!(
+                    "c:{cluster}:{}:{}:{}:{index}",
+                    input.topic, input.partition, input.offset
+                ),
+                cluster: cluster.clone(),
+                decision_id: decision_id.clone(),
+                time_ms,
+                action: action.action,
+                job: action.job.clone(),
+                nodes: action.nodes.clone(),
+                restore_from: action.restore_from.clone(),
+                causation: failure_id
+                    .iter()
+                    .cloned()
+                    .chain([format!(
+                        "{}/{}/{}",
+                        input.topic, input.partition, input.offset
+                    )])
+                    .collect(),
+                key_id: String::new(),
+                signature: Vec::new(),
+            };
+            self.signer.sign(&mut command);
+            state.in_flight.insert(
+                command.id.clone(),
+                InFlight {
+                    action: action.action,
+                    job: action.job.clone(),
+                    node: action.node.clone(),
+                    severity: action.severity,
+                    failure_id: failure_id.clone(),
+                    issued_ms: time_ms,
+                },
+            );
+            commands.push(command);
+        }
+        let decision = Decision {
+            id: decision_id,
+            cluster: cluster.clone(),
+            time_ms,
+            trigger: Trigger {
+                kind: trigger_kind.to_string(),
+                ref_id,
+                topic: input.topic.clone(),
+                partition: input.partition,
+                offset: input.offset,
+            },
+            inputs_digest: digest,
+            policy: self.config.policy.as_str().to_string(),
+            policy_version: POLICY_VERSION.to_string(),
+            alternatives: plan.alternatives,
+            chosen_index: plan.chosen_index,
+            assignment: plan.assignment,
+            reason: plan.reason,
+            command_ids: commands.iter().map(|c| c.id.clone()).collect(),
+        };
+        let mut outputs = Vec::with_capacity(1 + commands.len());
+        outputs.push(Output::Decision(decision));
+        outputs.extend(commands.into_iter().map(Output::Command));
+        outputs
+    }
+}
+
+/// (trigger kind, ref id, plan, failure id for causation)
+type Step = Result<(&'static str, String, Plan, Option<String>), String>;
+
+/// SHA-256 of the cluster state the decision is taken on and the input's
+/// coordinates: two decisions with equal digests saw the same world.
+fn inputs_digest(state: &ClusterState, input: &Input) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(serde_json::to_vec(state).expect("state serialises"));
+    hasher.update(format!(
+        "{}/{}/{}",
+        input.topic, input.partition, input.offset
+    ));
+    hex::encode(hasher.finalize())
+}
+
+fn on_failure(
+    config: &PlannerConfig,
+    policy: &dyn Policy,
+    state: &mut ClusterState,
+    f: &FailureEvent,
+) -> Step {
+    if f.job.is_none() && f.node.is_none() {
+        return Err(format!("failure {} names neither node nor job", f.id));
+    }
+    let job = f
+        .job
+        .clone()
+        .filter(|j| state.jobs.contains_key(j))
+        .or_else(|| {
+            f.node
+                .as_deref()
+                .and_then(|n| state.job_on(n))
+                .map(str::to_string)
+        });
+    let base = match f.severity {
+        Severity::Unknown => f.kind.default_severity(),
+        s => s,
+    };
+    // Repeats of the same fault within the window escalate one level.
+    let window_ms = (config.escalation_window_s * 1000.0) as i64;
+    let now = f.first_evidence_ms;
+    state
+        .recent_faults
+        .retain(|r| r.time_ms >= state.watermark_ms - window_ms);
+    let key = (
+        job.clone(),
+        if job.is_none() { f.node.clone() } else { None },
+    );
+    let repeats = 1 + state
+        .recent_faults
+        .iter()
+        .filter(|r| {
+            r.kind == f.kind
+                && (
+                    r.job.clone(),
+                    if r.job.is_none() {
+                        r.node.clone()
+                    } else {
+                        None
+                    },
+                ) == key
+        })
+        .filter(|r| r.time_ms >= now - window_ms)
+        .count();
+    state.recent_faults.push(RecentFault {
+        time_ms: now,
+        job: job.clone(),
+        node: f.node.clone(),
+        kind: f.kind,
+    });
+    let severity = if repeats >= config.escalation_repeats.max(1) && config.escalation_repeats > 1 {
+        base.escalate()
+    } else {
+        base
+    };
+    if let Some(node) = f.node.as_deref() {
+        let n = state.nodes.entry(node.to_string()).or_insert(Node {
+            gpus: config.node_gpus,
+            health: Health::Healthy,
+            failures: Vec::new(),
+        });
+        push_bounded(&mut n.failures, now);
+        if n.health == Health::Healthy && severity != Severity::Sev1 {
+            n.health = Health::Suspect;
+        }
+    }
+    if job.is_some() {
+        push_bounded(&mut state.failure_times, now);
+    }
+    let hit = Hit {
+        job,
+        node: f.node.clone(),
+        kind: f.kind,
+        severity,
+    };
+    let mut plan = policy.on_failure(config, state, &hit);
+    if severity != base {
+        plan.reason = format!(
+            "escalated from {base} after {repeats} repeats within {}s; {}",
+            config.escalation_window_s, plan.reason
+        );
+    }
+    Ok(("failure", f.id.clone(), plan, Some(f.id.clone())))
+}
+
+fn push_bounded(times: &mut Vec<i64>, time: i64) {
+    times.push(time);
+    if times.len() > HISTORY {
+        times.remove(0);
+    }
+}
+
+/// A job spec the planner can plan with, or the field that is wrong.
+fn validate_spec(spec: &JobSpec) -> Result<(), String> {
+    if !spec.weight.is_finite() || spec.weight < 0.0 {
+        return Err("job.weight: must be a finite, non-negative number".into());
+    }
+    if spec.min_gpus < 0 || spec.max_gpus < spec.min_gpus {
+        return Err(format!(
+            "job.min_gpus/max_gpus: {} and {} are not 0 ≤ min ≤ max",
+            spec.min_gpus, spec.max_gpus
+        ));
+    }
+    let points = spec
+        .throughput
+        .iter()
+        .map(|p| {
+            u32::try_from(p.gpus)
+                .map(|g| (g, p.flops))
+                .map_err(|_| format!("job.throughput: negative GPU count {}", p.gpus))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Profile::new(points, "job.throughput").map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn on_cluster_event(
+    config: &PlannerConfig,
+    policy: &dyn Policy,
+    state: &mut ClusterState,
+    e: &ClusterEvent,
+) -> Step {
+    let need_node = || {
+        e.node
+            .clone()
+            .ok_or_else(|| format!("{:?} without node", e.kind))
+    };
+    let need_job = || {
+        e.job_id
+            .clone()
+            .ok_or_else(|| format!("{:?} without job_id", e.kind))
+    };
+    let mut hit_job = None;
+    let ref_id = match e.kind {
+        ClusterEventKind::JobSubmitted | ClusterEventKind::JobUpdated => {
+            let id = need_job()?;
+            let spec = e
+                .job
+                .clone()
+                .ok_or_else(|| format!("{:?} without job spec", e.kind))?;
+            validate_spec(&spec).map_err(|reason| format!("job {id}: {reason}"))?;
+            match state.jobs.get_mut(&id) {
+                Some(job) => job.spec = spec,
+                None => {
+                    state.jobs.insert(
+                        id.clone(),
+                        Job {
+                            spec,
+                            status: JobStatus::Pending,
+                            nodes: Vec::new(),
+                            peak_gpus: 0,
+                        },
+                    );
+                }
+            }
+            id
+        }
+        ClusterEventKind::JobFinished => {
+            let id = need_job()?;
+            state.jobs.remove(&id);
+            state
+                .in_flight
+                .retain(|_, f| f.job.as_deref() != Some(id.as_str()));
+            id
+        }
+        ClusterEventKind::NodeJoined | ClusterEventKind::NodeRepaired => {
+            let id = need_node()?;
+            let gpus = e.gpus.map_or(config.node_gpus, |g| g.max(0) as u32);
+            let node = state.nodes.entry(id.clone()).or_insert(Node {
+                gpus,
+                health: Health::Healthy,
+                failures: Vec::new(),
+            });
+            node.health = Health::Healthy;
+            if e.gpus.is_some() {
+                node.gpus = gpus;
+            }
+            id
+        }
+        ClusterEventKind::NodeRemoved => {
+            let id = need_node()?;
+            hit_job = replan::detach(state, &id);
+            state.nodes.remove(&id);
+            id
+        }
+        ClusterEventKind::Unknown => return Err("cluster event of unknown kind".into()),
+    };
+    let plan = policy.on_capacity_change(config, state, hit_job.as_deref());
+    Ok(("cluster_event", ref_id, plan, None))
+}
+
+fn on_result(
+    config: &PlannerConfig,
+    policy: &dyn Policy,
+    state: &mut ClusterState,
+    r: &CommandResult,
+) -> Step {
+    let no_change = |state: &ClusterState, reason: String| {
+        let (alternatives, assignment) = replan::snapshot(config, state);
+        Plan {
+            actions: Vec::new(),
+            alternatives,
+            chosen_index: Some(0),
+            assignment,
+            reason,
+        }
+    };
+    let Some(flight) = state.in_flight.get(&r.command_id).cloned() else {
+        let plan = no_change(
+            state,
+            format!("result {:?} for a command not in flight", r.status),
+        );
+        return Ok(("command_result", r.command_id.clone(), plan, None));
+    };
+    let plan = match r.status {
+        CommandStatus::Accepted | CommandStatus::Unknown => {
+            no_change(state, format!("{:?} acknowledged", flight.action))
+        }
+        CommandStatus::Succeeded => {
+            state.in_flight.remove(&r.command_id);
+            let seen = state
+                .observed
+                .entry(replan::action_key(flight.action).to_string())
+                .or_default();
+            seen.count += 1;
+            seen.total_s += r.duration_ms.max(0) as f64 / 1000.0;
+            if flight.action == CommandAction::IsolateNode
+                && let Some(node) = flight.node.as_deref().and_then(|n| state.nodes.get_mut(n))
+            {
+                node.health = Health::Repairing;
+            }
+            no_change(state, format!("{:?} succeeded", flight.action))
+        }
+        CommandStatus::Rejected => {
+            state.in_flight.remove(&r.command_id);
+            let why = r.reason.as_deref().unwrap_or("no reason given");
+            no_change(
+                state,
+                format!(
+                    "{:?} rejected by the executor ({why}); needs an operator",
+                    flight.action
+                ),
+            )
+        }
+        CommandStatus::Failed => {
+            state.in_flight.remove(&r.command_id);
+            let why = r.reason.as_deref().unwrap_or("no reason given");
+            // A milder action failed: take the next harsher one.
+            let escalated = match flight.action {
+                CommandAction::Reattempt => Some(Severity::Sev2),
+                CommandAction::Restart if flight.node.is_some() => Some(Severity::Sev1),
+                _ => None,
+            };
+            match (escalated, &flight.job) {
+                (Some(severity), Some(_)) => {
+                    let hit = Hit {
+                        job: flight.job.clone(),
+                        node: flight.node.clone(),
+                        kind: crate::taxonomy::FailureKind::Unknown,
+                        severity,
+                    };
+                    let mut plan = policy.on_failure(config, state, &hit);
+                    plan.reason = format!(
+                        "{:?} failed ({why}); escalate to {severity}: {}",
+                        flight.action, plan.reason
+                    );
+                    plan
+                }
+                _ => no_change(
+                    state,
+                    format!(
+                        "{:?} failed ({why}); no harsher automatic action, needs an operator",
+                        flight.action
+                    ),
+                ),
+            }
+        }
+    };
+    Ok((
+        "command_result",
+        r.command_id.clone(),
+        plan,
+        flight.failure_id,
+    ))
+}
+
+/// Jobs of a cluster that lost GPUs, for tests and status pages.
+pub fn jobs_below_peak(state: &ClusterState) -> BTreeSet<String> {
+    state
+        .jobs
+        .iter()
+        .filter(|(_, j)| state.gpus_of(&j.nodes) < j.peak_gpus)
+        .map(|(id, _)| id.clone())
+        .collect()
+}

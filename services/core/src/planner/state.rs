@@ -1,0 +1,141 @@
+//! What the planner knows about one cluster: a cache of the log, rebuilt by
+//! replaying the cluster's inputs. Only ordered maps, so serialising it (for
+//! the store and the decision digest) is deterministic.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::records::{CommandAction, FailureKind, JobSpec, Severity};
+
+/// A node's health as the planner tracks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    Healthy,
+    /// Had a SEV2/SEV3 fault; still scheduled.
+    Suspect,
+    /// SEV1: taken out of every plan.
+    Isolated,
+    /// Isolation done; with the operators until `node_repaired`.
+    Repairing,
+}
+
+impl Health {
+    pub fn schedulable(self) -> bool {
+        matches!(self, Health::Healthy | Health::Suspect)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub gpus: u32,
+    pub health: Health,
+    /// Event times of the failures seen on this node, newest last (bounded).
+    pub failures: Vec<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Submitted, never placed.
+    Pending,
+    Running,
+    /// Placed on no node, waiting for capacity.
+    Paused,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub spec: JobSpec,
+    pub status: JobStatus,
+    /// Nodes it runs on, sorted.
+    pub nodes: Vec<String>,
+    /// Largest size it ran at; elastic policies regrow towards it.
+    pub peak_gpus: u32,
+}
+
+/// A command issued and not yet finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InFlight {
+    pub action: CommandAction,
+    pub job: Option<String>,
+    pub node: Option<String>,
+    pub severity: Severity,
+    pub failure_id: Option<String>,
+    pub issued_ms: i64,
+}
+
+/// One recent fault, for repeat detection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecentFault {
+    pub time_ms: i64,
+    pub job: Option<String>,
+    pub node: Option<String>,
+    pub kind: FailureKind,
+}
+
+/// Observed transition durations of one action.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Observed {
+    pub count: u64,
+    pub total_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub id: String,
+    pub nodes: BTreeMap<String, Node>,
+    pub jobs: BTreeMap<String, Job>,
+    pub in_flight: BTreeMap<String, InFlight>,
+    pub recent_faults: Vec<RecentFault>,
+    /// Event times of failures that hit jobs, newest last (bounded): the MTBF.
+    pub failure_times: Vec<i64>,
+    pub observed: BTreeMap<String, Observed>,
+    /// Highest event time seen: the cluster's watermark.
+    pub watermark_ms: i64,
+}
+
+impl ClusterState {
+    pub fn new(id: &str) -> ClusterState {
+        ClusterState {
+            id: id.to_string(),
+            ..ClusterState::default()
+        }
+    }
+
+    /// The job running on `node`, if any.
+    pub fn job_on(&self, node: &str) -> Option<&str> {
+        self.jobs
+            .iter()
+            .find(|(_, job)| job.nodes.iter().any(|n| n == node))
+            .map(|(id, _)| id.as_str())
+    }
+
+    /// Schedulable nodes, sorted by name.
+    pub fn schedulable_nodes(&self) -> Vec<&str> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.health.schedulable())
+            .map(|(id, _)| id.as_str())
+            .collect()
+    }
+
+    /// Schedulable nodes no job runs on, sorted by name.
+    pub fn free_nodes(&self) -> Vec<String> {
+        self.schedulable_nodes()
+            .into_iter()
+            .filter(|n| self.job_on(n).is_none())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// GPUs of a node list.
+    pub fn gpus_of(&self, nodes: &[String]) -> u32 {
+        nodes
+            .iter()
+            .filter_map(|n| self.nodes.get(n))
+            .map(|n| n.gpus)
+            .sum()
+    }
+}
