@@ -1,0 +1,461 @@
+//! The planner as a pure state machine: actions by severity, escalation,
+//! re-planning, baselines, determinism and cluster isolation.
+
+use std::collections::BTreeSet;
+
+use unicron_core::planner::{Input, InputEvent, JobStatus, Output, Planner, PlannerConfig, PolicyName};
+use unicron_core::signing::CommandSigner;
+use unicron_core::*;
+
+struct Feed {
+    offset: i64,
+    time_ms: i64,
+}
+
+impl Feed {
+    fn new() -> Feed {
+        Feed {
+            offset: 0,
+            time_ms: 1_764_000_000_000,
+        }
+    }
+
+    fn input(&mut self, topic: &str, event: InputEvent) -> Input {
+        self.offset += 1;
+        Input {
+            topic: topic.into(),
+            partition: 0,
+            offset: self.offset,
+            event,
+        }
+    }
+
+    fn tick(&mut self, seconds: i64) -> i64 {
+        self.time_ms += seconds * 1000;
+        self.time_ms
+    }
+
+    fn node_joined(&mut self, cluster: &str, node: &str) -> Input {
+        let time_ms = self.tick(1);
+        self.input(
+            "unicron.cluster",
+            InputEvent::Cluster(ClusterEvent {
+                cluster: cluster.into(),
+                time_ms,
+                kind: ClusterEventKind::NodeJoined,
+                node: Some(node.into()),
+                gpus: Some(8),
+                job_id: None,
+                job: None,
+            }),
+        )
+    }
+
+    fn job(&mut self, cluster: &str, id: &str, min: i32, max: i32, dp: i32, points: &[(i32, f64)]) -> Input {
+        let time_ms = self.tick(1);
+        self.input(
+            "unicron.cluster",
+            InputEvent::Cluster(ClusterEvent {
+                cluster: cluster.into(),
+                time_ms,
+                kind: ClusterEventKind::JobSubmitted,
+                node: None,
+                gpus: None,
+                job_id: Some(id.into()),
+                job: Some(JobSpec {
+                    weight: 1.0,
+                    min_gpus: min,
+                    max_gpus: max,
+                    unit_gpus: 8,
+                    dp_degree: dp,
+                    checkpoint_interval_s: 1800,
+                    throughput: points.iter().map(|&(gpus, flops)| ThroughputPoint { gpus, flops }).collect(),
+                }),
+            }),
+        )
+    }
+
+    fn failure(&mut self, cluster: &str, node: &str, kind: FailureKind) -> Input {
+        let time_ms = self.tick(10);
+        let id = format!("f-{}", self.offset + 1);
+        self.input(
+            "unicron.failures",
+            InputEvent::Failure(FailureEvent {
+                id,
+                cluster: cluster.into(),
+                node: Some(node.into()),
+                gpu: None,
+                job: None,
+                rank: None,
+                kind,
+                severity: kind.default_severity(),
+                method: DetectionMethod::LogRule,
+                rule: None,
+                evidence: vec![],
+                first_evidence_ms: time_ms - 500,
+                detected_ms: time_ms,
+            }),
+        )
+    }
+
+    fn result(&mut self, command: &Command, status: CommandStatus) -> Input {
+        let time_ms = self.tick(5);
+        self.input(
+            "unicron.command-results",
+            InputEvent::Result(CommandResult {
+                command_id: command.id.clone(),
+                cluster: command.cluster.clone(),
+                time_ms,
+                status,
+                reason: (status == CommandStatus::Failed).then(|| "backend said no".into()),
+                duration_ms: 4000,
+                executor: "e1".into(),
+            }),
+        )
+    }
+}
+
+fn planner(policy: PolicyName) -> Planner {
+    let config = PlannerConfig {
+        policy,
+        ..PlannerConfig::default()
+    };
+    Planner::new(config, CommandSigner::from_seed("test", [1; 32]))
+}
+
+fn commands(outputs: &[Output]) -> Vec<Command> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Command(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn decision(outputs: &[Output]) -> Decision {
+    match &outputs[0] {
+        Output::Decision(d) => d.clone(),
+        other => panic!("first output is {other:?}"),
+    }
+}
+
+/// Six 8-GPU nodes, two jobs: `big` (16-32 GPUs, 4 replicas) and `small`
+/// (8-16 GPUs). The DP gives big 32 (n1-n4) and small 16 (n5, n6).
+fn two_jobs(planner: &mut Planner, feed: &mut Feed, cluster: &str) -> Vec<Output> {
+    let mut last = Vec::new();
+    for n in 1..=6 {
+        planner.apply(&feed.node_joined(cluster, &format!("n{n}")));
+    }
+    planner.apply(&feed.job(cluster, "big", 16, 32, 4, &[(16, 2.0e15), (32, 4.0e15)]));
+    last.extend(planner.apply(&feed.job(cluster, "small", 8, 16, 1, &[(8, 1.0e15), (16, 1.5e15)])));
+    last
+}
+
+fn nodes_of(planner: &Planner, cluster: &str, job: &str) -> Vec<String> {
+    planner.cluster(cluster).unwrap().jobs[job].nodes.clone()
+}
+
+#[test]
+fn jobs_are_placed_by_the_dp() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    assert_eq!(nodes_of(&p, "a", "big"), ["n1", "n2", "n3", "n4"]);
+    assert_eq!(nodes_of(&p, "a", "small"), ["n5", "n6"]);
+}
+
+#[test]
+fn sev3_reattempts_in_place() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let out = p.apply(&feed.failure("a", "n2", FailureKind::NcclTimeout));
+    let cmds = commands(&out);
+    assert_eq!(cmds.len(), 1);
+    assert_eq!(cmds[0].action, CommandAction::Reattempt);
+    assert_eq!(cmds[0].job.as_deref(), Some("big"));
+    assert_eq!(decision(&out).command_ids, vec![cmds[0].id.clone()]);
+    assert!(cmds[0].causation.iter().any(|c| c.starts_with("f-")));
+}
+
+#[test]
+fn sev2_restarts_from_a_replica_when_there_is_one() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let cmds = commands(&p.apply(&feed.failure("a", "n2", FailureKind::CudaError)));
+    assert_eq!(cmds.len(), 1);
+    assert_eq!(cmds[0].action, CommandAction::Restart);
+    assert_eq!(cmds[0].restore_from.as_deref(), Some("replica:n1"));
+    // small has no data-parallel replica: checkpoint.
+    let cmds = commands(&p.apply(&feed.failure("a", "n5", FailureKind::OutOfMemory)));
+    assert_eq!(cmds[0].restore_from.as_deref(), Some("checkpoint"));
+}
+
+#[test]
+fn sev1_isolates_and_replans_the_cluster() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let out = p.apply(&feed.failure("a", "n1", FailureKind::EccError));
+    let cmds = commands(&out);
+    let actions: Vec<_> = cmds.iter().map(|c| (c.action, c.job.clone(), c.nodes.clone())).collect();
+    assert_eq!(actions[0], (CommandAction::IsolateNode, None, vec!["n1".to_string()]));
+    // big (worth more per GPU) keeps 32 GPUs by taking n6 from small.
+    assert!(actions.contains(&(
+        CommandAction::Reconfigure,
+        Some("big".into()),
+        vec!["n2".into(), "n3".into(), "n4".into(), "n6".into()]
+    )));
+    assert!(actions.contains(&(CommandAction::Reconfigure, Some("small".into()), vec!["n5".into()])));
+    let d = decision(&out);
+    assert_eq!(d.chosen_index, Some(0));
+    assert!(d.alternatives.len() >= 2, "{:?}", d.alternatives);
+    assert!(d.alternatives[0].objective >= d.alternatives[1].objective);
+    assert_eq!(d.alternatives[0].allocation["big"], 32);
+    assert!(d.reason.contains("isolate n1"), "{}", d.reason);
+    let state = p.cluster("a").unwrap();
+    assert_eq!(state.nodes["n1"].health, unicron_core::planner::Health::Isolated);
+}
+
+#[test]
+fn failed_reattempt_escalates_to_restart() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let reattempt = commands(&p.apply(&feed.failure("a", "n3", FailureKind::ConnectionReset)))[0].clone();
+    let out = p.apply(&feed.result(&reattempt, CommandStatus::Failed));
+    let cmds = commands(&out);
+    assert_eq!(cmds.len(), 1);
+    assert_eq!(cmds[0].action, CommandAction::Restart);
+    assert!(decision(&out).reason.contains("escalate to SEV2"), "{}", decision(&out).reason);
+    // ...and a failed restart isolates the node.
+    let out = p.apply(&feed.result(&cmds[0], CommandStatus::Failed));
+    assert_eq!(commands(&out)[0].action, CommandAction::IsolateNode);
+    assert_eq!(commands(&out)[0].nodes, vec!["n3".to_string()]);
+}
+
+#[test]
+fn repeated_fault_within_the_window_escalates() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let first = commands(&p.apply(&feed.failure("a", "n2", FailureKind::LinkFlapping)));
+    assert_eq!(first[0].action, CommandAction::Reattempt);
+    let second = commands(&p.apply(&feed.failure("a", "n2", FailureKind::LinkFlapping)));
+    assert_eq!(second[0].action, CommandAction::Restart);
+    // Outside the window (5 min by default) it is a first fault again.
+    feed.tick(3600);
+    let third = commands(&p.apply(&feed.failure("a", "n2", FailureKind::LinkFlapping)));
+    assert_eq!(third[0].action, CommandAction::Reattempt);
+}
+
+#[test]
+fn no_command_when_nothing_changes() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    // Both jobs are at their maximum: a new node changes nothing.
+    let out = p.apply(&feed.node_joined("a", "n7"));
+    assert!(commands(&out).is_empty());
+    let d = decision(&out);
+    assert!(d.command_ids.is_empty());
+    assert!(d.reason.contains("keeps every job"), "{}", d.reason);
+    // A success result: recorded, no command.
+    let cmd = commands(&p.apply(&feed.failure("a", "n2", FailureKind::NcclTimeout)))[0].clone();
+    let out = p.apply(&feed.result(&cmd, CommandStatus::Succeeded));
+    assert!(commands(&out).is_empty());
+    assert!(!p.cluster("a").unwrap().in_flight.contains_key(&cmd.id));
+}
+
+#[test]
+fn repaired_node_is_given_back() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    p.apply(&feed.failure("a", "n1", FailureKind::GpuDriverError));
+    assert_eq!(nodes_of(&p, "a", "small"), ["n5"]);
+    let time_ms = feed.tick(600);
+    let repaired = feed.input(
+        "unicron.cluster",
+        InputEvent::Cluster(ClusterEvent {
+            cluster: "a".into(),
+            time_ms,
+            kind: ClusterEventKind::NodeRepaired,
+            node: Some("n1".into()),
+            gpus: None,
+            job_id: None,
+            job: None,
+        }),
+    );
+    let cmds = commands(&p.apply(&repaired));
+    assert_eq!(cmds.len(), 1);
+    assert_eq!(cmds[0].job.as_deref(), Some("small"));
+    assert_eq!(nodes_of(&p, "a", "small"), ["n1", "n5"]);
+}
+
+#[test]
+fn impossible_records_are_rejected_and_change_nothing() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let before = p.cluster("a").unwrap().clone();
+    let mut bad = feed.node_joined("a", "x");
+    if let InputEvent::Cluster(c) = &mut bad.event {
+        c.node = None;
+    }
+    assert_eq!(p.apply(&bad), vec![Output::Rejected("NodeJoined without node".into())]);
+    let mut bad_job = feed.job("a", "weird", 8, 16, 1, &[(16, 1.0), (8, 2.0)]);
+    let out = p.apply(&bad_job);
+    assert!(matches!(&out[0], Output::Rejected(r) if r.contains("job.throughput[1]")), "{out:?}");
+    if let InputEvent::Cluster(c) = &mut bad_job.event {
+        c.job = None;
+    }
+    assert!(matches!(&p.apply(&bad_job)[0], Output::Rejected(_)));
+    assert_eq!(p.cluster("a").unwrap(), &before);
+}
+
+#[test]
+fn checkpoint_restart_baseline_restarts_and_waits_for_capacity() {
+    let (mut p, mut feed) = (planner(PolicyName::CheckpointRestart), Feed::new());
+    for n in 1..=4 {
+        p.apply(&feed.node_joined("a", &format!("n{n}")));
+    }
+    p.apply(&feed.job("a", "big", 16, 32, 4, &[(16, 2.0e15), (32, 4.0e15)]));
+    assert_eq!(nodes_of(&p, "a", "big").len(), 4);
+    let cmds = commands(&p.apply(&feed.failure("a", "n2", FailureKind::NcclTimeout)));
+    assert_eq!((cmds[0].action, cmds[0].restore_from.as_deref()), (CommandAction::Restart, Some("checkpoint")));
+    // SEV1 with no spare node: the job waits at its full size.
+    let cmds = commands(&p.apply(&feed.failure("a", "n2", FailureKind::EccError)));
+    let actions: Vec<_> = cmds.iter().map(|c| c.action).collect();
+    assert_eq!(actions, [CommandAction::IsolateNode, CommandAction::Pause]);
+    assert_eq!(p.cluster("a").unwrap().jobs["big"].status, JobStatus::Paused);
+    let cmds = commands(&p.apply(&feed.node_joined("a", "n5")));
+    assert_eq!(cmds[0].action, CommandAction::Resume);
+    assert_eq!(cmds[0].nodes.len(), 4);
+}
+
+#[test]
+fn elastic_baseline_shrinks_only_the_hit_job() {
+    let (mut p, mut feed) = (planner(PolicyName::ElasticSingleJob), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let before_small = nodes_of(&p, "a", "small");
+    let cmds = commands(&p.apply(&feed.failure("a", "n1", FailureKind::NvlinkError)));
+    let actions: Vec<_> = cmds.iter().map(|c| (c.action, c.job.clone())).collect();
+    assert_eq!(actions, [(CommandAction::IsolateNode, None), (CommandAction::Reconfigure, Some("big".into()))]);
+    assert_eq!(nodes_of(&p, "a", "big"), ["n2", "n3", "n4"]);
+    assert_eq!(nodes_of(&p, "a", "small"), before_small);
+    // SEV3: no in-place reattempt in this baseline.
+    let cmds = commands(&p.apply(&feed.failure("a", "n5", FailureKind::NcclTimeout)));
+    assert_eq!(cmds[0].action, CommandAction::Restart);
+}
+
+/// A seeded random event stream over two clusters.
+fn random_stream(seed: u64, len: usize) -> Vec<Input> {
+    let mut rng = seed;
+    let mut next = move |n: u64| {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (rng >> 33) % n
+    };
+    let mut feed = Feed::new();
+    let mut inputs = Vec::new();
+    for cluster in ["a", "b"] {
+        for n in 1..=8 {
+            inputs.push(feed.node_joined(cluster, &format!("n{n}")));
+        }
+    }
+    let kinds = FailureKind::ALL;
+    for _ in 0..len {
+        let cluster = if next(2) == 0 { "a" } else { "b" };
+        let input = match next(6) {
+            0 => feed.job(
+                cluster,
+                &format!("j{}", next(5)),
+                8 * (1 + next(2) as i32),
+                8 * (2 + next(4) as i32),
+                1 + next(3) as i32,
+                &[(8, 1.0e15 * (1 + next(3)) as f64), (32, 3.0e15 * (1 + next(2)) as f64)],
+            ),
+            1 => {
+                let time_ms = feed.tick(30);
+                feed.input(
+                    "unicron.cluster",
+                    InputEvent::Cluster(ClusterEvent {
+                        cluster: cluster.into(),
+                        time_ms,
+                        kind: if next(2) == 0 { ClusterEventKind::NodeRepaired } else { ClusterEventKind::JobFinished },
+                        node: Some(format!("n{}", 1 + next(8))),
+                        gpus: None,
+                        job_id: Some(format!("j{}", next(5))),
+                        job: None,
+                    }),
+                )
+            }
+            _ => feed.failure(cluster, &format!("n{}", 1 + next(8)), kinds[next(kinds.len() as u64) as usize]),
+        };
+        inputs.push(input);
+    }
+    inputs
+}
+
+fn check_invariants(p: &Planner) {
+    for state in p.clusters() {
+        let mut used = BTreeSet::new();
+        for (id, job) in &state.jobs {
+            for node in &job.nodes {
+                assert!(used.insert(node.clone()), "{node} in two jobs");
+                assert!(state.nodes[node].health.schedulable(), "{id} on unschedulable {node}");
+            }
+            let gpus = state.gpus_of(&job.nodes);
+            if job.status == JobStatus::Running {
+                assert!(gpus as i32 >= job.spec.min_gpus, "{id} below its minimum");
+                assert!(gpus as i32 <= job.spec.max_gpus.max(job.spec.min_gpus), "{id} above its maximum");
+            } else {
+                assert!(job.nodes.is_empty());
+            }
+        }
+    }
+}
+
+#[test]
+fn random_streams_keep_invariants_and_replay_byte_identically() {
+    for seed in 0..20 {
+        let inputs = random_stream(seed, 150);
+        let (mut first, mut second) = (planner(PolicyName::Unicron), planner(PolicyName::Unicron));
+        let mut out_first = Vec::new();
+        for input in &inputs {
+            out_first.push(format!("{:?}", first.apply(input)));
+            check_invariants(&first);
+        }
+        let out_second: Vec<String> = inputs.iter().map(|i| format!("{:?}", second.apply(i))).collect();
+        assert_eq!(out_first, out_second, "seed {seed}");
+    }
+}
+
+#[test]
+fn clusters_never_see_each_other() {
+    let inputs = random_stream(7, 200);
+    let mut both = planner(PolicyName::Unicron);
+    let mut only_a = planner(PolicyName::Unicron);
+    let mut from_both = Vec::new();
+    let mut from_a = Vec::new();
+    for input in &inputs {
+        let out = both.apply(input);
+        for o in &out {
+            if let Output::Command(c) = o {
+                assert_eq!(c.cluster, input.event.cluster());
+                assert!(c.id.starts_with(&format!("c:{}:", c.cluster)));
+            }
+        }
+        if input.event.cluster() == "a" {
+            from_both.push(format!("{out:?}"));
+            from_a.push(format!("{:?}", only_a.apply(input)));
+        }
+    }
+    assert_eq!(from_both, from_a, "cluster b's events changed cluster a's decisions");
+    assert_eq!(both.cluster("a"), only_a.cluster("a"));
+}
+
+#[test]
+fn commands_are_signed_and_verify() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let cmds = commands(&p.apply(&feed.failure("a", "n1", FailureKind::EccError)));
+    let public = CommandSigner::from_seed("test", [1; 32]).verifying_key();
+    for c in &cmds {
+        assert_eq!(c.key_id, "test");
+        signing::verify(c, |id| (id == "test").then_some(public)).unwrap();
+    }
+}
