@@ -465,3 +465,155 @@ mod properties {
         }
     }
 }
+
+/// `unicron plan --input FILE`: one allocation problem as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRequest {
+    pub gpus: i64,
+    pub unit: i64,
+    pub d_running_s: f64,
+    pub jobs: Vec<PlanRequestJob>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRequestJob {
+    pub id: String,
+    #[serde(default = "one")]
+    pub weight: f64,
+    pub min_gpus: i64,
+    pub max_gpus: i64,
+    #[serde(default)]
+    pub current_gpus: i64,
+    #[serde(default)]
+    pub hit: bool,
+    pub d_transition_s: f64,
+    /// `[[gpus, flops], ...]`, sorted by gpus.
+    pub throughput: Vec<(i64, f64)>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// `unicron plan`'s answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanResponse {
+    pub allocation: std::collections::BTreeMap<String, u32>,
+    pub waf: f64,
+    pub objective: f64,
+}
+
+fn gpu_count(value: i64, field: String) -> Result<u32, InvalidInput> {
+    u32::try_from(value).map_err(|_| {
+        invalid(
+            field,
+            format!("{value} is not a GPU count (0 to 4294967295)"),
+        )
+    })
+}
+
+impl PlanRequest {
+    /// Checks every field and builds the problem; errors name the field.
+    pub fn to_problem(&self) -> Result<Problem, InvalidInput> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut jobs = Vec::with_capacity(self.jobs.len());
+        for (i, job) in self.jobs.iter().enumerate() {
+            let field = |name: &str| format!("jobs[{i}].{name}");
+            if !seen.insert(job.id.as_str()) {
+                return Err(invalid(field("id"), format!("`{}` appears twice", job.id)));
+            }
+            let points = job
+                .throughput
+                .iter()
+                .enumerate()
+                .map(|(p, &(gpus, flops))| {
+                    Ok((
+                        gpu_count(gpus, format!("{}[{p}]", field("throughput")))?,
+                        flops,
+                    ))
+                })
+                .collect::<Result<Vec<_>, InvalidInput>>()?;
+            jobs.push(JobDemand {
+                id: job.id.clone(),
+                weight: job.weight,
+                min_gpus: gpu_count(job.min_gpus, field("min_gpus"))?,
+                max_gpus: gpu_count(job.max_gpus, field("max_gpus"))?,
+                current_gpus: gpu_count(job.current_gpus, field("current_gpus"))?,
+                hit: job.hit,
+                transition_s: job.d_transition_s,
+                profile: Profile::new(points, &field("throughput"))?,
+            });
+        }
+        let problem = Problem {
+            gpus: gpu_count(self.gpus, "gpus".into())?,
+            unit: gpu_count(self.unit, "unit".into())?,
+            running_s: self.d_running_s,
+            jobs,
+        };
+        problem.validate()?;
+        Ok(problem)
+    }
+}
+
+impl Problem {
+    /// Solves and reports by job id.
+    pub fn respond(&self) -> PlanResponse {
+        let best = self.solve();
+        PlanResponse {
+            allocation: self
+                .jobs
+                .iter()
+                .zip(&best.gpus)
+                .map(|(j, &g)| (j.id.clone(), g))
+                .collect(),
+            waf: best.waf,
+            objective: best.objective,
+        }
+    }
+}
+
+#[cfg(test)]
+mod request_tests {
+    use super::*;
+
+    fn request(text: &str) -> Result<Problem, InvalidInput> {
+        serde_json::from_str::<PlanRequest>(text)
+            .unwrap()
+            .to_problem()
+    }
+
+    #[test]
+    fn the_issue_example_solves() {
+        let problem = request(
+            r#"{"gpus": 128, "unit": 8, "d_running_s": 86400,
+                "jobs": [{"id": "gpt-13b", "weight": 1.0, "min_gpus": 16, "max_gpus": 128, "current_gpus": 64,
+                          "hit": false, "d_transition_s": 600,
+                          "throughput": [[16, 2.1e15], [32, 4.0e15], [64, 7.6e15], [128, 14.1e15]]}]}"#,
+        )
+        .unwrap();
+        let response = problem.respond();
+        assert_eq!(response.allocation["gpt-13b"], 128);
+        assert!((response.waf - 14.1e15).abs() < 1.0);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let base = r#"{"gpus": 128, "unit": 8, "d_running_s": 86400, "jobs": [{"id": "a", "min_gpus": MIN, "max_gpus": 64, "d_transition_s": 600, "throughput": POINTS}]}"#;
+        let case = |min: &str, points: &str| {
+            request(&base.replace("MIN", min).replace("POINTS", points))
+                .unwrap_err()
+                .field
+        };
+        assert_eq!(case("-8", "[[8, 1.0]]"), "jobs[0].min_gpus");
+        assert_eq!(case("8", "[[16, 1.0], [8, 2.0]]"), "jobs[0].throughput[1]");
+        assert_eq!(case("8", "[[-16, 1.0]]"), "jobs[0].throughput[0]");
+        assert_eq!(case("80", "[[8, 1.0]]"), "jobs[0].min_gpus");
+        let err = request(r#"{"gpus": -1, "unit": 8, "d_running_s": 1, "jobs": []}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "gpus: -1 is not a GPU count (0 to 4294967295)"
+        );
+    }
+}

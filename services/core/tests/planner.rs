@@ -3,7 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use unicron_core::planner::{Input, InputEvent, JobStatus, Output, Planner, PlannerConfig, PolicyName};
+use unicron_core::planner::{
+    Input, InputEvent, JobStatus, Output, Planner, PlannerConfig, PolicyName,
+};
 use unicron_core::signing::CommandSigner;
 use unicron_core::*;
 
@@ -51,7 +53,15 @@ impl Feed {
         )
     }
 
-    fn job(&mut self, cluster: &str, id: &str, min: i32, max: i32, dp: i32, points: &[(i32, f64)]) -> Input {
+    fn job(
+        &mut self,
+        cluster: &str,
+        id: &str,
+        min: i32,
+        max: i32,
+        dp: i32,
+        points: &[(i32, f64)],
+    ) -> Input {
         let time_ms = self.tick(1);
         self.input(
             "unicron.cluster",
@@ -69,7 +79,10 @@ impl Feed {
                     unit_gpus: 8,
                     dp_degree: dp,
                     checkpoint_interval_s: 1800,
-                    throughput: points.iter().map(|&(gpus, flops)| ThroughputPoint { gpus, flops }).collect(),
+                    throughput: points
+                        .iter()
+                        .map(|&(gpus, flops)| ThroughputPoint { gpus, flops })
+                        .collect(),
                 }),
             }),
         )
@@ -196,15 +209,25 @@ fn sev1_isolates_and_replans_the_cluster() {
     two_jobs(&mut p, &mut feed, "a");
     let out = p.apply(&feed.failure("a", "n1", FailureKind::EccError));
     let cmds = commands(&out);
-    let actions: Vec<_> = cmds.iter().map(|c| (c.action, c.job.clone(), c.nodes.clone())).collect();
-    assert_eq!(actions[0], (CommandAction::IsolateNode, None, vec!["n1".to_string()]));
+    let actions: Vec<_> = cmds
+        .iter()
+        .map(|c| (c.action, c.job.clone(), c.nodes.clone()))
+        .collect();
+    assert_eq!(
+        actions[0],
+        (CommandAction::IsolateNode, None, vec!["n1".to_string()])
+    );
     // big (worth more per GPU) keeps 32 GPUs by taking n6 from small.
     assert!(actions.contains(&(
         CommandAction::Reconfigure,
         Some("big".into()),
         vec!["n2".into(), "n3".into(), "n4".into(), "n6".into()]
     )));
-    assert!(actions.contains(&(CommandAction::Reconfigure, Some("small".into()), vec!["n5".into()])));
+    assert!(actions.contains(&(
+        CommandAction::Reconfigure,
+        Some("small".into()),
+        vec!["n5".into()]
+    )));
     let d = decision(&out);
     assert_eq!(d.chosen_index, Some(0));
     assert!(d.alternatives.len() >= 2, "{:?}", d.alternatives);
@@ -212,19 +235,27 @@ fn sev1_isolates_and_replans_the_cluster() {
     assert_eq!(d.alternatives[0].allocation["big"], 32);
     assert!(d.reason.contains("isolate n1"), "{}", d.reason);
     let state = p.cluster("a").unwrap();
-    assert_eq!(state.nodes["n1"].health, unicron_core::planner::Health::Isolated);
+    assert_eq!(
+        state.nodes["n1"].health,
+        unicron_core::planner::Health::Isolated
+    );
 }
 
 #[test]
 fn failed_reattempt_escalates_to_restart() {
     let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
     two_jobs(&mut p, &mut feed, "a");
-    let reattempt = commands(&p.apply(&feed.failure("a", "n3", FailureKind::ConnectionReset)))[0].clone();
+    let reattempt =
+        commands(&p.apply(&feed.failure("a", "n3", FailureKind::ConnectionReset)))[0].clone();
     let out = p.apply(&feed.result(&reattempt, CommandStatus::Failed));
     let cmds = commands(&out);
     assert_eq!(cmds.len(), 1);
     assert_eq!(cmds[0].action, CommandAction::Restart);
-    assert!(decision(&out).reason.contains("escalate to SEV2"), "{}", decision(&out).reason);
+    assert!(
+        decision(&out).reason.contains("escalate to SEV2"),
+        "{}",
+        decision(&out).reason
+    );
     // ...and a failed restart isolates the node.
     let out = p.apply(&feed.result(&cmds[0], CommandStatus::Failed));
     assert_eq!(commands(&out)[0].action, CommandAction::IsolateNode);
@@ -296,10 +327,16 @@ fn impossible_records_are_rejected_and_change_nothing() {
     if let InputEvent::Cluster(c) = &mut bad.event {
         c.node = None;
     }
-    assert_eq!(p.apply(&bad), vec![Output::Rejected("NodeJoined without node".into())]);
+    assert_eq!(
+        p.apply(&bad),
+        vec![Output::Rejected("NodeJoined without node".into())]
+    );
     let mut bad_job = feed.job("a", "weird", 8, 16, 1, &[(16, 1.0), (8, 2.0)]);
     let out = p.apply(&bad_job);
-    assert!(matches!(&out[0], Output::Rejected(r) if r.contains("job.throughput[1]")), "{out:?}");
+    assert!(
+        matches!(&out[0], Output::Rejected(r) if r.contains("job.throughput[1]")),
+        "{out:?}"
+    );
     if let InputEvent::Cluster(c) = &mut bad_job.event {
         c.job = None;
     }
@@ -316,12 +353,18 @@ fn checkpoint_restart_baseline_restarts_and_waits_for_capacity() {
     p.apply(&feed.job("a", "big", 16, 32, 4, &[(16, 2.0e15), (32, 4.0e15)]));
     assert_eq!(nodes_of(&p, "a", "big").len(), 4);
     let cmds = commands(&p.apply(&feed.failure("a", "n2", FailureKind::NcclTimeout)));
-    assert_eq!((cmds[0].action, cmds[0].restore_from.as_deref()), (CommandAction::Restart, Some("checkpoint")));
+    assert_eq!(
+        (cmds[0].action, cmds[0].restore_from.as_deref()),
+        (CommandAction::Restart, Some("checkpoint"))
+    );
     // SEV1 with no spare node: the job waits at its full size.
     let cmds = commands(&p.apply(&feed.failure("a", "n2", FailureKind::EccError)));
     let actions: Vec<_> = cmds.iter().map(|c| c.action).collect();
     assert_eq!(actions, [CommandAction::IsolateNode, CommandAction::Pause]);
-    assert_eq!(p.cluster("a").unwrap().jobs["big"].status, JobStatus::Paused);
+    assert_eq!(
+        p.cluster("a").unwrap().jobs["big"].status,
+        JobStatus::Paused
+    );
     let cmds = commands(&p.apply(&feed.node_joined("a", "n5")));
     assert_eq!(cmds[0].action, CommandAction::Resume);
     assert_eq!(cmds[0].nodes.len(), 4);
@@ -334,7 +377,13 @@ fn elastic_baseline_shrinks_only_the_hit_job() {
     let before_small = nodes_of(&p, "a", "small");
     let cmds = commands(&p.apply(&feed.failure("a", "n1", FailureKind::NvlinkError)));
     let actions: Vec<_> = cmds.iter().map(|c| (c.action, c.job.clone())).collect();
-    assert_eq!(actions, [(CommandAction::IsolateNode, None), (CommandAction::Reconfigure, Some("big".into()))]);
+    assert_eq!(
+        actions,
+        [
+            (CommandAction::IsolateNode, None),
+            (CommandAction::Reconfigure, Some("big".into()))
+        ]
+    );
     assert_eq!(nodes_of(&p, "a", "big"), ["n2", "n3", "n4"]);
     assert_eq!(nodes_of(&p, "a", "small"), before_small);
     // SEV3: no in-place reattempt in this baseline.
@@ -346,7 +395,9 @@ fn elastic_baseline_shrinks_only_the_hit_job() {
 fn random_stream(seed: u64, len: usize) -> Vec<Input> {
     let mut rng = seed;
     let mut next = move |n: u64| {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (rng >> 33) % n
     };
     let mut feed = Feed::new();
@@ -366,7 +417,10 @@ fn random_stream(seed: u64, len: usize) -> Vec<Input> {
                 8 * (1 + next(2) as i32),
                 8 * (2 + next(4) as i32),
                 1 + next(3) as i32,
-                &[(8, 1.0e15 * (1 + next(3)) as f64), (32, 3.0e15 * (1 + next(2)) as f64)],
+                &[
+                    (8, 1.0e15 * (1 + next(3)) as f64),
+                    (32, 3.0e15 * (1 + next(2)) as f64),
+                ],
             ),
             1 => {
                 let time_ms = feed.tick(30);
@@ -375,7 +429,11 @@ fn random_stream(seed: u64, len: usize) -> Vec<Input> {
                     InputEvent::Cluster(ClusterEvent {
                         cluster: cluster.into(),
                         time_ms,
-                        kind: if next(2) == 0 { ClusterEventKind::NodeRepaired } else { ClusterEventKind::JobFinished },
+                        kind: if next(2) == 0 {
+                            ClusterEventKind::NodeRepaired
+                        } else {
+                            ClusterEventKind::JobFinished
+                        },
                         node: Some(format!("n{}", 1 + next(8))),
                         gpus: None,
                         job_id: Some(format!("j{}", next(5))),
@@ -383,7 +441,11 @@ fn random_stream(seed: u64, len: usize) -> Vec<Input> {
                     }),
                 )
             }
-            _ => feed.failure(cluster, &format!("n{}", 1 + next(8)), kinds[next(kinds.len() as u64) as usize]),
+            _ => feed.failure(
+                cluster,
+                &format!("n{}", 1 + next(8)),
+                kinds[next(kinds.len() as u64) as usize],
+            ),
         };
         inputs.push(input);
     }
@@ -396,12 +458,18 @@ fn check_invariants(p: &Planner) {
         for (id, job) in &state.jobs {
             for node in &job.nodes {
                 assert!(used.insert(node.clone()), "{node} in two jobs");
-                assert!(state.nodes[node].health.schedulable(), "{id} on unschedulable {node}");
+                assert!(
+                    state.nodes[node].health.schedulable(),
+                    "{id} on unschedulable {node}"
+                );
             }
             let gpus = state.gpus_of(&job.nodes);
             if job.status == JobStatus::Running {
                 assert!(gpus as i32 >= job.spec.min_gpus, "{id} below its minimum");
-                assert!(gpus as i32 <= job.spec.max_gpus.max(job.spec.min_gpus), "{id} above its maximum");
+                assert!(
+                    gpus as i32 <= job.spec.max_gpus.max(job.spec.min_gpus),
+                    "{id} above its maximum"
+                );
             } else {
                 assert!(job.nodes.is_empty());
             }
@@ -419,7 +487,10 @@ fn random_streams_keep_invariants_and_replay_byte_identically() {
             out_first.push(format!("{:?}", first.apply(input)));
             check_invariants(&first);
         }
-        let out_second: Vec<String> = inputs.iter().map(|i| format!("{:?}", second.apply(i))).collect();
+        let out_second: Vec<String> = inputs
+            .iter()
+            .map(|i| format!("{:?}", second.apply(i)))
+            .collect();
         assert_eq!(out_first, out_second, "seed {seed}");
     }
 }
@@ -444,7 +515,10 @@ fn clusters_never_see_each_other() {
             from_a.push(format!("{:?}", only_a.apply(input)));
         }
     }
-    assert_eq!(from_both, from_a, "cluster b's events changed cluster a's decisions");
+    assert_eq!(
+        from_both, from_a,
+        "cluster b's events changed cluster a's decisions"
+    );
     assert_eq!(both.cluster("a"), only_a.cluster("a"));
 }
 

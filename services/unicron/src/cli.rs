@@ -27,7 +27,18 @@ pub enum Command {
     },
     /// Run unicron on one machine: the embedded broker (unless --brokers) and its topics.
     Up(UpArgs),
+    /// Solve one allocation problem (JSON in, JSON out), for what-if questions.
+    Plan {
+        /// The problem: {"gpus", "unit", "d_running_s", "jobs": [...]}; see docs/planner.md.
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+    },
 }
+
+/// Bad input from the operator (a file, a flag): exit code 2, one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
 
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
@@ -78,6 +89,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             command: TopicsCommand::Create { brokers },
         } => crate::topics::create(&config, brokers).await,
         Command::Up(args) => crate::up::run(&config, args).await,
+        Command::Plan { input } => crate::plan::run(&input),
     }
 }
 

@@ -137,3 +137,56 @@ fn up_hosts_a_broker_other_processes_can_use() {
         "{stdout}"
     );
 }
+
+#[test]
+fn plan_solves_the_documented_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.json");
+    std::fs::write(
+        &path,
+        r#"{"gpus": 128, "unit": 8, "d_running_s": 86400,
+            "jobs": [{"id": "gpt-13b", "weight": 1.0, "min_gpus": 16, "max_gpus": 128, "current_gpus": 64,
+                      "hit": false, "d_transition_s": 600,
+                      "throughput": [[16, 2.1e15], [32, 4.0e15], [64, 7.6e15], [128, 14.1e15]]},
+                     {"id": "gpt-1b", "weight": 2.0, "min_gpus": 8, "max_gpus": 32, "current_gpus": 32,
+                      "d_transition_s": 300, "throughput": [[8, 0.5e15], [32, 1.9e15]]}]}"#,
+    )
+    .unwrap();
+    let out = run(&["plan", "--input", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with(r#"{"allocation":{"gpt-13b":96,"gpt-1b":32},"waf":"#),
+        "{stdout}"
+    );
+    assert!(stdout.contains(r#""objective":"#));
+}
+
+#[test]
+fn plan_rejects_bad_input_with_the_field_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.json");
+    for (body, field) in [
+        (
+            r#"{"gpus": -8, "unit": 8, "d_running_s": 1, "jobs": []}"#,
+            "gpus",
+        ),
+        (
+            r#"{"gpus": 8, "unit": 8, "d_running_s": 1, "jobs": [{"id": "a", "min_gpus": 8, "max_gpus": 8, "d_transition_s": 1, "throughput": [[16, 1.0], [8, 2.0]]}]}"#,
+            "jobs[0].throughput[1]",
+        ),
+        (
+            r#"{"gpus": 8, "unit": 8, "d_running_s": 1, "jobs": [], "extra": true}"#,
+            "extra",
+        ),
+    ] {
+        std::fs::write(&path, body).unwrap();
+        let out = run(&["plan", "--input", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{body}");
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with(&format!("error: {field}")), "{stderr}");
+    }
+    let out = run(&["plan", "--input", "/nonexistent.json"]);
+    assert_eq!(out.status.code(), Some(2));
+}
