@@ -1,7 +1,7 @@
 //! The consumer every service reads with: a consumer group, offsets stored
 //! only after a record is handled, and bad records routed to the DLQ.
 
-use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::consumer::{Consumer as _, ConsumerContext, DefaultConsumerContext, StreamConsumer};
 use rdkafka::message::{Message, Timestamp};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -27,13 +27,26 @@ pub struct InboundRecord {
 /// [`mark_done`](Consumer::mark_done) once a record is handled (its output
 /// published or the record dead-lettered), and committed by librdkafka in
 /// the background: a crash re-delivers, never skips.
-pub struct Consumer {
-    inner: StreamConsumer,
+pub struct Consumer<C: ConsumerContext + 'static = DefaultConsumerContext> {
+    inner: StreamConsumer<C>,
     max_record_bytes: usize,
 }
 
 impl Consumer {
     pub fn new(config: &KafkaConfig, brokers: &str, group_id: &str) -> Result<Consumer, BusError> {
+        Consumer::with_context(config, brokers, group_id, DefaultConsumerContext)
+    }
+}
+
+impl<C: ConsumerContext + 'static> Consumer<C> {
+    /// A consumer whose rebalances `context` sees (and may steer: stateful
+    /// services choose where each newly assigned partition starts).
+    pub fn with_context(
+        config: &KafkaConfig,
+        brokers: &str,
+        group_id: &str,
+        context: C,
+    ) -> Result<Consumer<C>, BusError> {
         let mut client = config.client_config(brokers);
         client
             .set("group.id", group_id)
@@ -48,7 +61,7 @@ impl Consumer {
             client.set(key, value);
         }
         Ok(Consumer {
-            inner: client.create()?,
+            inner: client.create_with_context(context)?,
             max_record_bytes: config.max_record_bytes,
         })
     }
@@ -57,6 +70,15 @@ impl Consumer {
     pub fn subscribe(&self, topics: &[&str]) -> Result<(), BusError> {
         self.inner.subscribe(topics)?;
         Ok(())
+    }
+
+    /// Where `record` should be dead-lettered instead of decoded, if it is
+    /// too large to look at.
+    pub fn oversized(&self, record: &InboundRecord) -> Option<DecodeError> {
+        (record.payload.len() > self.max_record_bytes).then(|| DecodeError::Oversized {
+            size: record.payload.len(),
+            limit: self.max_record_bytes,
+        })
     }
 
     /// Reads the given partitions from the given next offsets (`None`: from
@@ -100,13 +122,9 @@ impl Consumer {
     ) -> Result<(InboundRecord, T), BusError> {
         loop {
             let record = self.recv().await?;
-            let decoded = if record.payload.len() > self.max_record_bytes {
-                Err(DecodeError::Oversized {
-                    size: record.payload.len(),
-                    limit: self.max_record_bytes,
-                })
-            } else {
-                decode(&record)
+            let decoded = match self.oversized(&record) {
+                Some(error) => Err(error),
+                None => decode(&record),
             };
             match decoded {
                 Ok(value) => return Ok((record, value)),

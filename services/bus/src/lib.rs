@@ -14,6 +14,7 @@ pub mod embedded;
 mod error;
 pub mod metrics;
 pub mod producer;
+pub mod resume;
 pub mod schemas;
 pub mod topology;
 

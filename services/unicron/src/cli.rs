@@ -27,6 +27,8 @@ pub enum Command {
     },
     /// Run unicron on one machine: the embedded broker (unless --brokers) and its topics.
     Up(UpArgs),
+    /// Run the planner service against `kafka.brokers` (needs planner.signing_key_file).
+    Planner,
     /// Solve one allocation problem (JSON in, JSON out), for what-if questions.
     Plan {
         /// The problem: {"gpus", "unit", "d_running_s", "jobs": [...]}; see docs/planner.md.
@@ -90,6 +92,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         } => crate::topics::create(&config, brokers).await,
         Command::Up(args) => crate::up::run(&config, args).await,
         Command::Plan { input } => crate::plan::run(&input),
+        Command::Planner => crate::services::planner(&config).await,
     }
 }
 

@@ -12,9 +12,10 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use unicron_bus::KafkaConfig;
+use unicron_planner::PlannerSettings;
 
 /// Sections whose keys the environment may override.
-const ENV_SECTIONS: [&str; 3] = ["kafka__", "metrics__", "embedded__"];
+const ENV_SECTIONS: [&str; 4] = ["kafka__", "metrics__", "embedded__", "planner__"];
 
 /// The whole configuration of the `unicron` binary.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -23,6 +24,7 @@ pub struct Config {
     pub kafka: KafkaConfig,
     pub metrics: MetricsConfig,
     pub embedded: EmbeddedConfig,
+    pub planner: PlannerSettings,
 }
 
 /// `[metrics]`: where the Prometheus endpoint listens.

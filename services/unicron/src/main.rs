@@ -3,6 +3,7 @@
 mod cli;
 mod config;
 mod plan;
+mod services;
 mod topics;
 mod up;
 

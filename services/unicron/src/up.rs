@@ -48,6 +48,33 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         reports.len() - created
     );
 
+    // The planner, on a state directory of this run unless one is configured.
+    let (signer, dev_key) = crate::services::signer_or_dev_key(config)?;
+    let mut planner_settings = config.planner.clone();
+    let _scratch = if planner_settings == unicron_planner::PlannerSettings::default() {
+        let dir = tempfile::Builder::new().prefix("unicron-up-").tempdir()?;
+        planner_settings.state_dir = dir.path().join("planner");
+        Some(dir)
+    } else {
+        None
+    };
+    let public = hex_key(&signer);
+    let kafka = config.kafka.clone();
+    let planner_brokers = bootstrap.clone();
+    let (stop_planner, planner_stopped) = tokio::sync::oneshot::channel::<()>();
+    let planner = tokio::spawn(async move {
+        unicron_planner::run(&kafka, &planner_brokers, &planner_settings, signer, async {
+            let _ = planner_stopped.await;
+        })
+        .await
+    });
+    println!(
+        "planner: policy {}, signing key {}{}",
+        config.planner.tuning.policy.as_str(),
+        public,
+        if dev_key { " (development key generated for this run)" } else { "" }
+    );
+
     let _metrics = if config.metrics.enabled {
         let server = unicron_bus::metrics::serve(config.metrics.listen).await?;
         println!("metrics: http://{}/metrics", server.addr);

@@ -1,0 +1,60 @@
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use unicron_core::planner::PlannerConfig;
+use unicron_core::signing::CommandSigner;
+
+use crate::service::PlannerError;
+
+/// The `[planner]` section of the configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlannerSettings {
+    /// RocksDB directory: state, consumed offsets, outbox.
+    pub state_dir: PathBuf,
+    /// Consumer group shared by planner instances.
+    pub group_id: String,
+    /// Id executors know the signing key by.
+    pub key_id: String,
+    /// File holding the Ed25519 signing key's 32-byte seed as 64 hex digits.
+    /// Required for `unicron planner`; `unicron up` makes a dev key if unset.
+    pub signing_key_file: Option<PathBuf>,
+    /// fsync every commit (survives power loss, not only kill -9).
+    pub sync_writes: bool,
+    /// The decision model: policy, D_running, D_transition, escalation.
+    pub tuning: PlannerConfig,
+}
+
+impl Default for PlannerSettings {
+    fn default() -> Self {
+        PlannerSettings {
+            state_dir: PathBuf::from("unicron-state/planner"),
+            group_id: "unicron-planner".to_string(),
+            key_id: "dev".to_string(),
+            signing_key_file: None,
+            sync_writes: false,
+            tuning: PlannerConfig::default(),
+        }
+    }
+}
+
+impl PlannerSettings {
+    /// The signer from `signing_key_file`.
+    pub fn signer(&self) -> Result<CommandSigner, PlannerError> {
+        let path = self.signing_key_file.as_ref().ok_or_else(|| {
+            PlannerError::Config("planner.signing_key_file: required (32-byte seed as 64 hex digits)".into())
+        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| PlannerError::Config(format!("planner.signing_key_file: {}: {e}", path.display())))?;
+        let seed: [u8; 32] = hex::decode(text.trim())
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| {
+                PlannerError::Config(format!(
+                    "planner.signing_key_file: {}: not 64 hex digits",
+                    path.display()
+                ))
+            })?;
+        Ok(CommandSigner::from_seed(self.key_id.clone(), seed))
+    }
+}

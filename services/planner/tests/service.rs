@@ -1,0 +1,250 @@
+//! The planner service on the embedded broker: failures in, decisions and
+//! commands out; restarts and rebuilds publish nothing twice.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_core::signing::CommandSigner;
+use unicron_core::*;
+use unicron_planner::PlannerSettings;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Harness {
+    broker: EmbeddedBroker,
+    kafka: KafkaConfig,
+    producer: Producer,
+    time_ms: i64,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let broker = EmbeddedBroker::start(1).unwrap();
+        let kafka = KafkaConfig::default();
+        broker.ensure_topics(&Topology::builtin(), &kafka.topic_prefix).unwrap();
+        let producer = Producer::new(&kafka, broker.bootstrap_servers()).unwrap();
+        Harness {
+            broker,
+            kafka,
+            producer,
+            time_ms: 1_764_000_000_000,
+        }
+    }
+
+    fn brokers(&self) -> String {
+        self.broker.bootstrap_servers().to_string()
+    }
+
+    async fn cluster_event(&mut self, event: ClusterEvent) {
+        let topic = self.kafka.topic("cluster");
+        let cluster = event.cluster.clone();
+        self.producer
+            .send(&topic, &cluster, &event, &AvroCodec::default())
+            .await
+            .unwrap();
+    }
+
+    async fn setup_cluster(&mut self, cluster: &str) {
+        for n in 1..=4 {
+            self.time_ms += 1000;
+            self.cluster_event(ClusterEvent {
+                cluster: cluster.into(),
+                time_ms: self.time_ms,
+                kind: ClusterEventKind::NodeJoined,
+                node: Some(format!("n{n}")),
+                gpus: Some(8),
+                job_id: None,
+                job: None,
+            })
+            .await;
+        }
+        self.time_ms += 1000;
+        self.cluster_event(ClusterEvent {
+            cluster: cluster.into(),
+            time_ms: self.time_ms,
+            kind: ClusterEventKind::JobSubmitted,
+            node: None,
+            gpus: None,
+            job_id: Some("gpt".into()),
+            job: Some(JobSpec {
+                weight: 1.0,
+                min_gpus: 8,
+                max_gpus: 32,
+                unit_gpus: 8,
+                dp_degree: 4,
+                checkpoint_interval_s: 1800,
+                throughput: vec![ThroughputPoint { gpus: 8, flops: 1e15 }, ThroughputPoint { gpus: 32, flops: 3.8e15 }],
+            }),
+        })
+        .await;
+    }
+
+    async fn failure(&mut self, cluster: &str, node: &str, kind: FailureKind) -> String {
+        self.time_ms += 10_000;
+        let id = format!("f-{cluster}-{}", self.time_ms);
+        let failure = FailureEvent {
+            id: id.clone(),
+            cluster: cluster.into(),
+            node: Some(node.into()),
+            gpu: None,
+            job: None,
+            rank: None,
+            kind,
+            severity: kind.default_severity(),
+            method: DetectionMethod::LogRule,
+            rule: None,
+            evidence: vec![],
+            first_evidence_ms: self.time_ms - 100,
+            detected_ms: self.time_ms,
+        };
+        let topic = self.kafka.topic("failures");
+        self.producer
+            .send(&topic, cluster, &failure, &AvroCodec::default())
+            .await
+            .unwrap();
+        id
+    }
+
+    /// Starts a planner; drop or send on the returned channel to stop it.
+    fn start(&self, state_dir: &std::path::Path) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+        let settings = PlannerSettings {
+            state_dir: state_dir.to_path_buf(),
+            ..PlannerSettings::default()
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (kafka, brokers) = (self.kafka.clone(), self.brokers());
+        let task = tokio::spawn(async move {
+            let signer = CommandSigner::from_seed("test", [3; 32]);
+            unicron_planner::run(&kafka, &brokers, &settings, signer, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        (stop, task)
+    }
+
+    fn reader(&self, topic: &str, group: &str) -> Consumer {
+        let consumer = Consumer::new(&self.kafka, &self.brokers(), group).unwrap();
+        consumer.subscribe(&[&self.kafka.topic(topic)]).unwrap();
+        consumer
+    }
+}
+
+async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {
+    let codec = AvroCodec::<T>::default();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let record = tokio::time::timeout(WAIT, consumer.recv()).await.expect("timed out").unwrap();
+        out.push(codec.decode(&record.payload).unwrap());
+    }
+    out
+}
+
+async fn nothing_more(consumer: &Consumer) {
+    let extra = tokio::time::timeout(Duration::from_secs(3), consumer.recv()).await;
+    assert!(extra.is_err(), "unexpected extra record");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_become_decisions_and_signed_commands() {
+    let mut h = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    h.setup_cluster("c1").await;
+    let (_stop, _task) = h.start(dir.path());
+    let commands = h.reader("commands", "t-commands");
+    let decisions = h.reader("decisions", "t-decisions");
+
+    // Five setup events: five decisions; the job placement is one resume.
+    let placed: Vec<Command> = read(&commands, 1).await;
+    assert_eq!(placed[0].action, CommandAction::Resume);
+    assert_eq!(placed[0].nodes.len(), 4);
+    let failure_id = h.failure("c1", "n2", FailureKind::NcclTimeout).await;
+    let cmds: Vec<Command> = read(&commands, 1).await;
+    assert_eq!(cmds[0].action, CommandAction::Reattempt);
+    assert!(cmds[0].causation.contains(&failure_id));
+    let public = CommandSigner::from_seed("test", [3; 32]).verifying_key();
+    signing::verify(&cmds[0], |id| (id == "test").then_some(public)).unwrap();
+
+    let all: Vec<Decision> = read(&decisions, 6).await;
+    assert_eq!(all[5].trigger.ref_id, failure_id);
+    assert_eq!(all[5].command_ids, vec![cmds[0].id.clone()]);
+    assert!(all[..4].iter().all(|d| d.command_ids.is_empty()), "node joins alone change nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_input_is_dead_lettered_and_processing_goes_on() {
+    let mut h = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    h.producer
+        .send_bytes(&h.kafka.topic("failures"), b"c1", b"\xff\xfe not avro")
+        .await
+        .unwrap();
+    // Semantically impossible: a node event without a node.
+    h.cluster_event(ClusterEvent {
+        cluster: "c1".into(),
+        time_ms: 1,
+        kind: ClusterEventKind::NodeJoined,
+        node: None,
+        gpus: None,
+        job_id: None,
+        job: None,
+    })
+    .await;
+    h.setup_cluster("c1").await;
+    let (_stop, _task) = h.start(dir.path());
+    let dlq = h.reader("dlq", "t-dlq");
+    let letters: Vec<DeadLetter> = read(&dlq, 2).await;
+    let mut reasons: Vec<String> = letters.iter().map(|l| l.error.clone()).collect();
+    reasons.sort();
+    assert!(reasons[0].starts_with("NodeJoined without node"), "{reasons:?}");
+    assert!(reasons[1].starts_with("avro FailureEvent"), "{reasons:?}");
+    let commands = h.reader("commands", "t-commands");
+    let placed: Vec<Command> = read(&commands, 1).await;
+    assert_eq!(placed[0].action, CommandAction::Resume);
+}
+
+/// Stop the planner and start it again on the same store: every input is
+/// decided exactly once. Then a second instance with an empty store
+/// rebuilds from Kafka without republishing what the first published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_and_rebuilds_publish_each_decision_once() {
+    let mut h = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    h.setup_cluster("c1").await;
+    h.failure("c1", "n1", FailureKind::CudaError).await;
+
+    let decisions = h.reader("decisions", "t-decisions");
+    let (stop, task) = h.start(dir.path());
+    let first: Vec<Decision> = read(&decisions, 6).await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+
+    h.failure("c1", "n3", FailureKind::EccError).await;
+    let (stop, task) = h.start(dir.path());
+    let second: Vec<Decision> = read(&decisions, 1).await;
+    assert_eq!(second[0].trigger.topic, "unicron.failures");
+    assert!(second[0].reason.contains("isolate n3"), "{}", second[0].reason);
+    nothing_more(&decisions).await;
+    stop.send(()).unwrap();
+    task.await.unwrap();
+
+    // A new instance, no local state: rebuilds from the inputs, publishes
+    // only what comes after the group's committed offsets.
+    let fresh = tempfile::tempdir().unwrap();
+    let (_stop, _task) = h.start(fresh.path());
+    h.failure("c1", "n4", FailureKind::NcclTimeout).await;
+    let third: Vec<Decision> = read(&decisions, 1).await;
+    assert!(third[0].reason.contains("reattempt"), "{}", third[0].reason);
+    // The rebuilt state knows n3 was isolated earlier.
+    assert!(!third[0].assignment["gpt"].contains(&"n3".to_string()));
+    nothing_more(&decisions).await;
+
+    let mut ids = BTreeMap::new();
+    for d in first.iter().chain(&second).chain(&third) {
+        *ids.entry(d.id.clone()).or_insert(0) += 1;
+    }
+    assert!(ids.values().all(|c| *c == 1), "{ids:?}");
+}
