@@ -8,14 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer as _, ConsumerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
-
-const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Looks up the next offset a service stored for a partition.
 pub type StoredOffset = Box<dyn Fn(&str, i32) -> Option<i64> + Send + Sync>;
@@ -25,9 +22,9 @@ pub type StoredOffset = Box<dyn Fn(&str, i32) -> Option<i64> + Send + Sync>;
 pub struct Assignment {
     /// Bumped at every assign or revoke: in-memory state may be stale.
     pub generation: u64,
-    /// Per assigned (topic, partition): outputs of records below this offset
-    /// were already published.
-    pub publish_from: BTreeMap<(String, i32), i64>,
+    /// Per assigned (topic, partition): the next offset stored with the
+    /// service's state, where reading starts (`None`: from the beginning).
+    pub partitions: BTreeMap<(String, i32), Option<i64>>,
 }
 
 /// The consumer context that steers where assigned partitions start.
@@ -49,7 +46,6 @@ impl ResumeContext {
     }
 
     fn assign(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
-        let committed = consumer.committed_offsets(tpl.clone(), COMMITTED_TIMEOUT).ok();
         let partitions: Vec<(String, i32)> = tpl
             .elements()
             .iter()
@@ -57,23 +53,15 @@ impl ResumeContext {
             .collect();
         let mut assignment = self.assignment.lock().unwrap_or_else(|e| e.into_inner());
         assignment.generation += 1;
-        assignment.publish_from.clear();
+        assignment.partitions.clear();
         for (topic, partition) in partitions {
             let stored = (self.stored)(&topic, partition);
-            let group = committed
-                .as_ref()
-                .and_then(|c| c.find_partition(&topic, partition))
-                .and_then(|e| match e.offset() {
-                    Offset::Offset(n) => Some(n),
-                    _ => None,
-                });
             let start = stored.map_or(Offset::Beginning, Offset::Offset);
             if let Err(e) = tpl.set_partition_offset(&topic, partition, start) {
                 tracing::error!(%topic, partition, error = %e, "cannot set start offset");
             }
-            let publish_from = stored.unwrap_or(0).max(group.unwrap_or(0));
-            tracing::info!(%topic, partition, ?stored, ?group, publish_from, "partition assigned");
-            assignment.publish_from.insert((topic, partition), publish_from);
+            tracing::debug!(%topic, partition, ?stored, "partition assigned");
+            assignment.partitions.insert((topic, partition), stored);
         }
         drop(assignment);
         if let Err(e) = consumer.assign(tpl) {
@@ -85,13 +73,18 @@ impl ResumeContext {
 impl ClientContext for ResumeContext {}
 
 impl ConsumerContext for ResumeContext {
-    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => self.assign(consumer, tpl),
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let mut assignment = self.assignment.lock().unwrap_or_else(|e| e.into_inner());
                 assignment.generation += 1;
-                assignment.publish_from.clear();
+                assignment.partitions.clear();
                 drop(assignment);
                 if let Err(e) = consumer.unassign() {
                     tracing::error!(error = %e, "unassign failed");

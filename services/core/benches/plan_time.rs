@@ -10,7 +10,9 @@ use unicron_core::allocation::{JobDemand, Problem, Profile};
 fn problem(gpus: u32, jobs: usize, seed: u64) -> Problem {
     let mut rng = seed;
     let mut next = move |n: u64| {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (rng >> 33) % n
     };
     let unit = 8;

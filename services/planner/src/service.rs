@@ -9,7 +9,7 @@ use unicron_bus::resume::ResumeContext;
 use unicron_bus::{AvroCodec, BusError, Consumer, DecodeError, KafkaConfig, Producer};
 use unicron_core::planner::{ClusterState, Input, InputEvent, Output, Planner};
 use unicron_core::signing::CommandSigner;
-use unicron_core::{ClusterEvent, Command, CommandResult, Decision, DeadLetter, FailureEvent};
+use unicron_core::{ClusterEvent, Command, CommandResult, DeadLetter, Decision, FailureEvent};
 use unicron_store::{Commit, OutboxEntry, Store, StoreError, StoreOptions};
 
 use crate::settings::PlannerSettings;
@@ -92,10 +92,12 @@ pub async fn run(
     drain(&store, &producer).await?;
 
     let lookup = store.clone();
-    let (context, assignment) =
-        ResumeContext::new(Box::new(move |topic, partition| lookup.offset(topic, partition).ok().flatten()));
+    let (context, assignment) = ResumeContext::new(Box::new(move |topic, partition| {
+        lookup.offset(topic, partition).ok().flatten()
+    }));
     let consumer = Consumer::with_context(kafka, brokers, &settings.group_id, context)?;
     consumer.subscribe(&[&topics.failures, &topics.cluster, &topics.results])?;
+    tracing::info!(group = %settings.group_id, state_dir = %settings.state_dir.display(), "planner running");
 
     let mut planner = Planner::new(settings.tuning.clone(), signer.clone());
     let mut generation = 0;
@@ -105,15 +107,11 @@ pub async fn run(
             record = consumer.recv() => record?,
             () = &mut shutdown => break,
         };
-        let (current, publish_from) = {
-            let a = assignment.lock().unwrap_or_else(|e| e.into_inner());
-            let from = a
-                .publish_from
-                .get(&(record.topic.clone(), record.partition))
-                .copied()
-                .unwrap_or(0);
-            (a.generation, from)
-        };
+        tracing::debug!(topic = %record.topic, partition = record.partition, offset = record.offset, "received");
+        let current = assignment
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation;
         if current != generation {
             // Partitions moved: cached clusters may be stale; reload lazily.
             planner = Planner::new(settings.tuning.clone(), signer.clone());
@@ -125,13 +123,13 @@ pub async fn run(
         {
             continue; // applied before a restart or rebalance
         }
-        let publish = record.offset >= publish_from;
-        let commit = step(&mut planner, &store, &topics, &codecs, &record, publish)?;
+        let commit = step(&mut planner, &store, &topics, &codecs, &record)?;
         store.commit(commit)?;
         drain(&store, &producer).await?;
         consumer.mark_done(&record)?;
     }
     consumer.commit_now()?;
+    tracing::info!("planner stopped");
     Ok(())
 }
 
@@ -142,7 +140,6 @@ fn step(
     topics: &Topics,
     codecs: &Codecs,
     record: &InboundRecord,
-    publish: bool,
 ) -> Result<Commit, PlannerError> {
     let mut commit = Commit::new();
     commit.consumed(&record.topic, record.partition, record.offset + 1);
@@ -184,36 +181,41 @@ fn step(
                     .chosen_index
                     .and_then(|i| decision.alternatives.get(i as usize))
                 {
-                    metrics::gauge!("unicron_planner_waf", "cluster" => cluster.clone()).set(chosen.waf);
+                    metrics::gauge!("unicron_planner_waf", "cluster" => cluster.clone())
+                        .set(chosen.waf);
                 }
-                metrics::counter!("unicron_planner_decisions_total", "cluster" => cluster.clone()).increment(1);
-                if publish {
-                    commit.publish(OutboxEntry {
-                        topic: topics.decisions.clone(),
-                        key: cluster.clone().into_bytes(),
-                        payload: codecs.decision.encode(&decision)?,
-                    });
-                }
+                metrics::counter!("unicron_planner_decisions_total", "cluster" => cluster.clone())
+                    .increment(1);
+                commit.publish(OutboxEntry {
+                    topic: topics.decisions.clone(),
+                    key: cluster.clone().into_bytes(),
+                    payload: codecs.decision.encode(&decision)?,
+                });
             }
             Output::Command(command) => {
                 metrics::counter!("unicron_planner_commands_total", "action" => format!("{:?}", command.action).to_lowercase())
                     .increment(1);
-                if publish {
-                    commit.publish(OutboxEntry {
-                        topic: topics.commands.clone(),
-                        key: cluster.clone().into_bytes(),
-                        payload: codecs.command.encode(&command)?,
-                    });
-                }
+                commit.publish(OutboxEntry {
+                    topic: topics.commands.clone(),
+                    key: cluster.clone().into_bytes(),
+                    payload: codecs.command.encode(&command)?,
+                });
             }
         }
     }
     let state = planner.cluster(&cluster).expect("apply created it");
-    commit.put_state(state_key(&cluster), serde_json::to_vec(state).expect("state serialises"));
+    commit.put_state(
+        state_key(&cluster),
+        serde_json::to_vec(state).expect("state serialises"),
+    );
     Ok(commit)
 }
 
-fn decode(topics: &Topics, codecs: &Codecs, record: &InboundRecord) -> Result<InputEvent, DecodeError> {
+fn decode(
+    topics: &Topics,
+    codecs: &Codecs,
+    record: &InboundRecord,
+) -> Result<InputEvent, DecodeError> {
     if record.payload.len() > topics.max_record_bytes {
         return Err(DecodeError::Oversized {
             size: record.payload.len(),
@@ -221,11 +223,20 @@ fn decode(topics: &Topics, codecs: &Codecs, record: &InboundRecord) -> Result<In
         });
     }
     if record.topic == topics.failures {
-        codecs.failure.decode(&record.payload).map(InputEvent::Failure)
+        codecs
+            .failure
+            .decode(&record.payload)
+            .map(InputEvent::Failure)
     } else if record.topic == topics.cluster {
-        codecs.cluster.decode(&record.payload).map(InputEvent::Cluster)
+        codecs
+            .cluster
+            .decode(&record.payload)
+            .map(InputEvent::Cluster)
     } else {
-        codecs.result.decode(&record.payload).map(InputEvent::Result)
+        codecs
+            .result
+            .decode(&record.payload)
+            .map(InputEvent::Result)
     }
 }
 
@@ -255,15 +266,29 @@ fn dead_letter(
 /// Publishes pending outbox entries in order, removing each once acknowledged.
 async fn drain(store: &Store, producer: &Producer) -> Result<(), PlannerError> {
     for (key, entry) in store.outbox()? {
-        producer.send_bytes(&entry.topic, &entry.key, &entry.payload).await?;
+        producer
+            .send_bytes(&entry.topic, &entry.key, &entry.payload)
+            .await?;
         store.outbox_delivered(key)?;
     }
     Ok(())
 }
 
 fn describe_metrics() {
-    metrics::describe_histogram!("unicron_planner_decision_seconds", "Time to apply one input and decide, seconds.");
-    metrics::describe_counter!("unicron_planner_decisions_total", "Decisions taken, by cluster.");
-    metrics::describe_counter!("unicron_planner_commands_total", "Commands issued, by action.");
-    metrics::describe_gauge!("unicron_planner_waf", "WAF of the chosen plan, by cluster (weighted FLOP/s).");
+    metrics::describe_histogram!(
+        "unicron_planner_decision_seconds",
+        "Time to apply one input and decide, seconds."
+    );
+    metrics::describe_counter!(
+        "unicron_planner_decisions_total",
+        "Decisions taken, by cluster."
+    );
+    metrics::describe_counter!(
+        "unicron_planner_commands_total",
+        "Commands issued, by action."
+    );
+    metrics::describe_gauge!(
+        "unicron_planner_waf",
+        "WAF of the chosen plan, by cluster (weighted FLOP/s)."
+    );
 }

@@ -42,10 +42,13 @@ impl PlannerSettings {
     /// The signer from `signing_key_file`.
     pub fn signer(&self) -> Result<CommandSigner, PlannerError> {
         let path = self.signing_key_file.as_ref().ok_or_else(|| {
-            PlannerError::Config("planner.signing_key_file: required (32-byte seed as 64 hex digits)".into())
+            PlannerError::Config(
+                "planner.signing_key_file: required (32-byte seed as 64 hex digits)".into(),
+            )
         })?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| PlannerError::Config(format!("planner.signing_key_file: {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            PlannerError::Config(format!("planner.signing_key_file: {}: {e}", path.display()))
+        })?;
         let seed: [u8; 32] = hex::decode(text.trim())
             .ok()
             .and_then(|b| b.try_into().ok())

@@ -9,10 +9,15 @@ use crate::config::Config;
 /// `unicron planner`: the planner against an existing Kafka, until Ctrl-C.
 pub async fn planner(config: &Config) -> anyhow::Result<()> {
     let Some(brokers) = config.kafka.brokers.clone() else {
-        bail!("kafka.brokers: required for `unicron planner` (use `unicron up` for the embedded broker)");
+        bail!(
+            "kafka.brokers: required for `unicron planner` (use `unicron up` for the embedded broker)"
+        );
     };
     let signer = config.planner.signer()?;
-    println!("planner: group {} on {brokers}, key {}", config.planner.group_id, config.planner.key_id);
+    println!(
+        "planner: group {} on {brokers}, key {}",
+        config.planner.group_id, config.planner.key_id
+    );
     unicron_planner::run(&config.kafka, &brokers, &config.planner, signer, async {
         let _ = tokio::signal::ctrl_c().await;
     })

@@ -72,7 +72,11 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         "planner: policy {}, signing key {}{}",
         config.planner.tuning.policy.as_str(),
         public,
-        if dev_key { " (development key generated for this run)" } else { "" }
+        if dev_key {
+            " (development key generated for this run)"
+        } else {
+            ""
+        }
     );
 
     let _metrics = if config.metrics.enabled {
@@ -84,15 +88,35 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     };
     std::io::stdout().flush().ok();
 
-    match args.duration {
-        Some(duration) => tokio::time::sleep(duration).await,
-        None => {
-            println!("running; Ctrl-C to stop");
-            tokio::signal::ctrl_c()
-                .await
-                .context("waiting for Ctrl-C")?;
+    let wait = async {
+        match args.duration {
+            Some(duration) => tokio::time::sleep(duration).await,
+            None => {
+                println!("running; Ctrl-C to stop");
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
+    };
+    tokio::pin!(planner);
+    tokio::select! {
+        () = wait => {}
+        result = &mut planner => {
+            result.context("planner task")?.context("planner")?;
+        }
+    }
+    let _ = stop_planner.send(());
+    if !planner.is_finished() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), planner).await;
     }
     println!("stopped");
     Ok(())
+}
+
+fn hex_key(signer: &unicron_core::signing::CommandSigner) -> String {
+    signer
+        .verifying_key()
+        .to_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

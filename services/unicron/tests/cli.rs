@@ -117,12 +117,19 @@ fn up_hosts_a_broker_other_processes_can_use() {
         lines.next().unwrap().unwrap(),
         "topics: 9 (9 created, 0 existed)"
     );
+    let planner = lines.next().unwrap().unwrap();
     assert!(
-        lines
-            .next()
-            .unwrap()
-            .unwrap()
-            .starts_with("metrics: http://127.0.0.1:")
+        planner.starts_with("planner: policy unicron, signing key "),
+        "{planner}"
+    );
+    assert!(
+        planner.ends_with("(development key generated for this run)"),
+        "{planner}"
+    );
+    let metrics = lines.next().unwrap().unwrap();
+    assert!(
+        metrics.starts_with("metrics: http://127.0.0.1:"),
+        "{metrics}"
     );
 
     let out = run(&["topics", "create", "--brokers", &broker]);
