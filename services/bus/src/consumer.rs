@@ -78,7 +78,7 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
     /// Where `record` should be dead-lettered instead of decoded, if it is
     /// too large to look at.
     pub fn oversized(&self, record: &InboundRecord) -> Option<DecodeError> {
-        (record.payload.len() > self.max_record_bytes).then(|| DecodeError::Oversized {
+        (record.payload.len() > self.max_record_bytes).then_some(DecodeError::Oversized {
             size: record.payload.len(),
             limit: self.max_record_bytes,
         })
