@@ -56,6 +56,10 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
             // A dead member's partitions move after 10 s instead of Kafka's
             // default 45 s: recovery decisions should not wait on a crash.
             .set("session.timeout.ms", "10000")
+            // Control-plane traffic is sparse and latency is the point: do
+            // not let a fetch sit idle for librdkafka's default 500 ms (the
+            // embedded broker holds an empty fetch that long).
+            .set("fetch.wait.max.ms", "5")
             .set(
                 "fetch.message.max.bytes",
                 (config.max_record_bytes + 4096).to_string(),

@@ -151,15 +151,16 @@ fn step(
         }
     };
     let cluster = event.cluster().to_string();
-    if !cluster.is_empty() && planner.cluster(&cluster).is_none() {
-        if let Some(bytes) = store.state(&state_key(&cluster))? {
-            let state: ClusterState =
-                serde_json::from_slice(&bytes).map_err(|e| PlannerError::CorruptState {
-                    cluster: cluster.clone(),
-                    reason: e.to_string(),
-                })?;
-            planner.restore(state);
-        }
+    if !cluster.is_empty()
+        && planner.cluster(&cluster).is_none()
+        && let Some(bytes) = store.state(&state_key(&cluster))?
+    {
+        let state: ClusterState =
+            serde_json::from_slice(&bytes).map_err(|e| PlannerError::CorruptState {
+                cluster: cluster.clone(),
+                reason: e.to_string(),
+            })?;
+        planner.restore(state);
     }
     let input = Input {
         topic: record.topic.clone(),

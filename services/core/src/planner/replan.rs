@@ -48,7 +48,8 @@ pub struct Plan {
 /// D_running: the mean time between the cluster's recent failures, or the
 /// configured default until there are two.
 pub fn running_s(config: &PlannerConfig, state: &ClusterState) -> f64 {
-    let times = &state.failure_times;
+    let all = &state.failure_times;
+    let times = &all[all.len().saturating_sub(config.mtbf_window.max(2))..];
     if times.len() < 2 {
         return config.default_running_s;
     }
@@ -357,4 +358,22 @@ pub fn snapshot(
         .map(|(id, job)| (id.clone(), job.nodes.clone()))
         .collect();
     (vec![alt], assignment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_time_is_the_mean_failure_interval_of_the_window() {
+        let config = PlannerConfig {
+            mtbf_window: 3,
+            ..PlannerConfig::default()
+        };
+        let mut state = ClusterState::new("c");
+        assert_eq!(running_s(&config, &state), config.default_running_s);
+        // Intervals 100 s, then 10 s, 10 s: the window sees the last three times.
+        state.failure_times = vec![0, 100_000, 110_000, 120_000];
+        assert_eq!(running_s(&config, &state), 10.0);
+    }
 }
