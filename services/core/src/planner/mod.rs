@@ -431,14 +431,7 @@ fn on_result(
     r: &CommandResult,
 ) -> Step {
     let no_change = |state: &ClusterState, reason: String| {
-        let (alternatives, assignment) = replan::snapshot(config, state);
-        Plan {
-            actions: Vec::new(),
-            alternatives,
-            chosen_index: Some(0),
-            assignment,
-            reason,
-        }
+        policy::with_snapshot(config, state, Vec::new(), reason)
     };
     let Some(flight) = state.in_flight.get(&r.command_id).cloned() else {
         let plan = no_change(

@@ -55,7 +55,7 @@ fn describe(hit: &Hit) -> String {
     text
 }
 
-fn with_snapshot(
+pub(super) fn with_snapshot(
     config: &PlannerConfig,
     state: &ClusterState,
     actions: Vec<Action>,
@@ -188,11 +188,7 @@ impl CheckpointRestart {
         let mut actions = Vec::new();
         for job in waiting {
             let j = &state.jobs[&job];
-            let size = if j.peak_gpus > 0 {
-                j.peak_gpus
-            } else {
-                j.spec.max_gpus.max(0) as u32
-            };
+            let size = j.target_gpus();
             let need = (size / unit) as usize;
             let free = state.free_nodes();
             if need > 0 && free.len() >= need && size >= j.spec.min_gpus.max(0) as u32 {
@@ -334,11 +330,7 @@ impl Policy for ElasticSingleJob {
         let ids: Vec<String> = state.jobs.keys().cloned().collect();
         for job in ids {
             let j = &state.jobs[&job];
-            let target = if j.peak_gpus > 0 {
-                j.peak_gpus
-            } else {
-                j.spec.max_gpus.max(0) as u32
-            };
+            let target = j.target_gpus();
             let hit = hit_job == Some(job.as_str());
             actions.extend(Self::resize(
                 config,

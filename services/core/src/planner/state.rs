@@ -55,6 +55,18 @@ pub struct Job {
     pub peak_gpus: u32,
 }
 
+impl Job {
+    /// The size the job wants back: the largest it ran at, or its maximum
+    /// if it never ran.
+    pub fn target_gpus(&self) -> u32 {
+        if self.peak_gpus > 0 {
+            self.peak_gpus
+        } else {
+            self.spec.max_gpus.max(0) as u32
+        }
+    }
+}
+
 /// A command issued and not yet finished.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InFlight {
