@@ -1,7 +1,7 @@
-//! `unicron up`: everything on one machine. At this stage it hosts the
-//! embedded broker (or connects to `--brokers`), creates the topics and
-//! serves metrics; the detector, planner, executor and simulator join it
-//! with their issues.
+//! `unicron up`: everything on one machine. It hosts the embedded broker
+//! (or connects to `--brokers`), creates the topics, runs the planner and
+//! serves metrics; the detector, executor and simulator join it with their
+//! issues.
 
 use std::io::Write;
 
@@ -51,7 +51,8 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     // The planner, on a state directory of this run unless one is configured.
     let (signer, dev_key) = crate::services::signer_or_dev_key(config)?;
     let mut planner_settings = config.planner.clone();
-    let _scratch = if planner_settings == unicron_planner::PlannerSettings::default() {
+    let default_dir = unicron_planner::PlannerSettings::default().state_dir;
+    let _scratch = if planner_settings.state_dir == default_dir {
         let dir = tempfile::Builder::new().prefix("unicron-up-").tempdir()?;
         planner_settings.state_dir = dir.path().join("planner");
         Some(dir)
