@@ -1,5 +1,6 @@
 //! Plan time of the dynamic programme, p50/p99, at the three sizes.
-//! `cargo bench -p unicron-core --bench plan_time` prints one table.
+//! `cargo bench -p unicron-tests --bench plan_time` prints one table. It
+//! lives outside `unicron-core` because it reads the wall clock.
 
 use std::time::{Duration, Instant};
 
