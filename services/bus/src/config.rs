@@ -68,13 +68,21 @@ impl KafkaConfig {
         out
     }
 
-    /// A client configuration for `brokers` with the pass-through properties
-    /// applied last, so a site can override anything, even our defaults.
+    /// A client configuration for `brokers`.
     pub fn client_config(&self, brokers: &str) -> ClientConfig {
+        self.client_config_with(brokers, &[])
+    }
+
+    /// A client configuration for `brokers` with a client's own `defaults`,
+    /// then the pass-through properties, so a site can override anything.
+    pub fn client_config_with(&self, brokers: &str, defaults: &[(&str, String)]) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", brokers)
             .set("client.id", &self.client_id);
+        for (key, value) in defaults {
+            config.set(*key, value);
+        }
         for (key, value) in self.librdkafka_properties() {
             config.set(key, value);
         }

@@ -47,26 +47,26 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         group_id: &str,
         context: C,
     ) -> Result<Consumer<C>, BusError> {
-        let mut client = config.client_config(brokers);
-        client
-            .set("group.id", group_id)
-            .set("enable.auto.commit", "true")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            // A dead member's partitions move after 10 s instead of Kafka's
-            // default 45 s: recovery decisions should not wait on a crash.
-            .set("session.timeout.ms", "10000")
-            // Control-plane traffic is sparse and latency is the point: do
-            // not let a fetch sit idle for librdkafka's default 500 ms (the
-            // embedded broker holds an empty fetch that long).
-            .set("fetch.wait.max.ms", "5")
-            .set(
-                "fetch.message.max.bytes",
-                (config.max_record_bytes + 4096).to_string(),
-            );
-        for (key, value) in config.librdkafka_properties() {
-            client.set(key, value);
-        }
+        let client = config.client_config_with(
+            brokers,
+            &[
+                ("group.id", group_id.to_string()),
+                ("enable.auto.commit", "true".into()),
+                ("enable.auto.offset.store", "false".into()),
+                ("auto.offset.reset", "earliest".into()),
+                // A dead member's partitions move after 10 s instead of
+                // Kafka's default 45 s: recovery should not wait on a crash.
+                ("session.timeout.ms", "10000".into()),
+                // Control-plane traffic is sparse and latency is the point:
+                // do not let a fetch sit idle for librdkafka's default 500 ms
+                // (the embedded broker holds an empty fetch that long).
+                ("fetch.wait.max.ms", "5".into()),
+                (
+                    "fetch.message.max.bytes",
+                    (config.max_record_bytes + 4096).to_string(),
+                ),
+            ],
+        );
         Ok(Consumer {
             inner: client.create_with_context(context)?,
             max_record_bytes: config.max_record_bytes,

@@ -31,19 +31,18 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(config: &KafkaConfig, brokers: &str) -> Result<Producer, BusError> {
-        let mut client = config.client_config(brokers);
-        client
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "2")
-            .set(
-                "message.max.bytes",
-                (config.max_record_bytes + 4096).to_string(),
-            );
-        // Site settings win over ours.
-        for (key, value) in config.librdkafka_properties() {
-            client.set(key, value);
-        }
+        let client = config.client_config_with(
+            brokers,
+            &[
+                ("enable.idempotence", "true".into()),
+                ("acks", "all".into()),
+                ("linger.ms", "2".into()),
+                (
+                    "message.max.bytes",
+                    (config.max_record_bytes + 4096).to_string(),
+                ),
+            ],
+        );
         Ok(Producer {
             inner: client.create()?,
         })
