@@ -6,6 +6,7 @@
 //! crate proves every one round-trips through its schema.
 
 pub mod allocation;
+pub mod detector;
 pub mod planner;
 pub mod records;
 pub mod signing;

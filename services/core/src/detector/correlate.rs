@@ -1,0 +1,211 @@
+//! Correlation: many reports of one fault become one failure event.
+//!
+//! Root causes (hardware, driver, software errors, lost nodes) are emitted at
+//! once. Symptoms (NCCL timeouts, network errors, abnormal exits) are what
+//! every rank of a job reports when something else broke, so they are held
+//! for the correlation window: a root cause in the same job or on the same
+//! node absorbs them as its evidence; otherwise the group becomes one event.
+//! Repeats of an emitted event within the dedupe window are absorbed too.
+
+use crate::records::{DetectionMethod, Evidence};
+use crate::taxonomy::{FailureKind, Severity};
+
+use super::config::{DetectorConfig, ms};
+
+/// A failure before correlation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate {
+    pub kind: FailureKind,
+    pub severity: Severity,
+    pub method: DetectionMethod,
+    pub rule: Option<String>,
+    pub node: Option<String>,
+    pub gpu: Option<i32>,
+    pub job: Option<String>,
+    pub rank: Option<i32>,
+    pub time_ms: i64,
+    pub evidence: Vec<Evidence>,
+}
+
+/// Kinds that are usually the echo of a fault elsewhere.
+pub fn is_symptom(kind: FailureKind) -> bool {
+    matches!(
+        kind,
+        FailureKind::NcclTimeout
+            | FailureKind::NetworkError
+            | FailureKind::ConnectionRefused
+            | FailureKind::ConnectionReset
+            | FailureKind::ExitedAbnormally
+    )
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Incident {
+    kind: FailureKind,
+    node: Option<String>,
+    job: Option<String>,
+    time_ms: i64,
+}
+
+impl Incident {
+    fn absorbs(&self, c: &Candidate, config: &DetectorConfig) -> bool {
+        let early = self.time_ms - ms(config.correlation_window_s);
+        let late = self.time_ms + ms(config.dedupe_window_s);
+        if c.time_ms < early || c.time_ms > late {
+            return false;
+        }
+        let same_node = self.node.is_some() && self.node == c.node;
+        let same_job = self.job.is_some() && self.job == c.job;
+        let repeat = self.kind == c.kind && (same_node || (self.node.is_none() && same_job));
+        let echo = is_symptom(c.kind) && !is_symptom(self.kind) && (same_node || same_job);
+        repeat || echo
+    }
+}
+
+/// Symptoms held together, keyed by job (or node when no job is known).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub job: Option<String>,
+    pub node: Option<String>,
+    pub deadline_ms: i64,
+    pub members: Vec<Candidate>,
+}
+
+impl Group {
+    fn holds(&self, c: &Candidate) -> bool {
+        match (&self.job, &c.job) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => self.node == c.node,
+            _ => false,
+        }
+    }
+
+    /// Nodes that reported a symptom in this group, in order.
+    pub fn reporters(&self) -> Vec<&str> {
+        let mut nodes: Vec<&str> = self
+            .members
+            .iter()
+            .filter_map(|m| m.node.as_deref())
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
+    /// The kind most members report (ties: the one reported first).
+    pub fn dominant_kind(&self) -> FailureKind {
+        let mut best = (0, self.members[0].kind);
+        for m in &self.members {
+            let n = self.members.iter().filter(|o| o.kind == m.kind).count();
+            if n > best.0 {
+                best = (n, m.kind);
+            }
+        }
+        best.1
+    }
+}
+
+/// What the correlator did with a candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Offer {
+    /// Emit this (possibly enriched with held symptoms).
+    Emit(Candidate),
+    /// Held as a symptom, or absorbed by an emitted event.
+    Held,
+    Absorbed,
+}
+
+/// Per-cluster correlation state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Correlator {
+    incidents: Vec<Incident>,
+    groups: Vec<Group>,
+    /// SEV3 emission times per node, for escalation.
+    sev3: std::collections::BTreeMap<String, Vec<i64>>,
+}
+
+impl Correlator {
+    /// Offers a candidate; symptoms are held, repeats absorbed, roots emitted.
+    pub fn offer(&mut self, mut c: Candidate, config: &DetectorConfig) -> Offer {
+        if self.incidents.iter().any(|i| i.absorbs(&c, config)) {
+            return Offer::Absorbed;
+        }
+        if is_symptom(c.kind) && config.correlation_window_s > 0.0 {
+            match self.groups.iter_mut().find(|g| g.holds(&c)) {
+                Some(group) => group.members.push(c),
+                None => self.groups.push(Group {
+                    job: c.job.clone(),
+                    node: c.node.clone(),
+                    deadline_ms: c.time_ms + ms(config.correlation_window_s),
+                    members: vec![c],
+                }),
+            }
+            return Offer::Held;
+        }
+        if !is_symptom(c.kind) {
+            // A root cause takes the symptoms already held for its job/node.
+            let mut i = 0;
+            while i < self.groups.len() {
+                let g = &self.groups[i];
+                let related = (c.job.is_some() && g.job == c.job)
+                    || (c.node.is_some() && g.job.is_none() && g.node == c.node);
+                if related {
+                    let g = self.groups.remove(i);
+                    for m in g.members {
+                        c.evidence.extend(m.evidence);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        Offer::Emit(c)
+    }
+
+    /// Groups whose window closed before `watermark_ms`, oldest first.
+    pub fn expired(&mut self, watermark_ms: i64) -> Vec<Group> {
+        let (mut due, keep): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.groups)
+            .into_iter()
+            .partition(|g| g.deadline_ms < watermark_ms);
+        self.groups = keep;
+        due.sort_by_key(|g| g.deadline_ms);
+        due
+    }
+
+    /// Records an emitted failure and returns its final severity (SEV3
+    /// repeats on one node escalate to SEV2).
+    pub fn emitted(&mut self, c: &Candidate, config: &DetectorConfig) -> Severity {
+        self.incidents.push(Incident {
+            kind: c.kind,
+            node: c.node.clone(),
+            job: c.job.clone(),
+            time_ms: c.time_ms,
+        });
+        let mut severity = c.severity;
+        if severity == Severity::Sev3
+            && config.escalation_repeats > 0
+            && let Some(node) = &c.node
+        {
+            let window = ms(config.escalation_window_s);
+            let times = self.sev3.entry(node.clone()).or_default();
+            times.retain(|t| *t >= c.time_ms - window);
+            if times.len() + 1 >= config.escalation_repeats {
+                severity = Severity::Sev2;
+            }
+            times.push(c.time_ms);
+        }
+        severity
+    }
+
+    /// Forgets incidents too old to absorb anything at `watermark_ms`.
+    pub fn prune(&mut self, watermark_ms: i64, config: &DetectorConfig) {
+        let horizon = ms(config.dedupe_window_s) + ms(config.allowed_lateness_s);
+        self.incidents
+            .retain(|i| i.time_ms + horizon >= watermark_ms);
+        let window = ms(config.escalation_window_s);
+        self.sev3.retain(|_, times| {
+            times.retain(|t| *t + window >= watermark_ms);
+            !times.is_empty()
+        });
+    }
+}

@@ -1,0 +1,659 @@
+//! The detector: telemetry, logs and agent events in; classified, correlated
+//! failure events out. Pure and event-time driven (DESIGN §4): the clock of a
+//! cluster is the newest event time seen from it, the watermark trails it by
+//! the allowed lateness, and every timer (heartbeat deadline, correlation
+//! window, hang) fires off the watermark.
+//!
+//! The four methods of PAPER.md plus correlation:
+//! log rules ([`rules`]), metric rules ([`metric_rules`]), heartbeat loss and
+//! process supervision (here), statistical monitoring ([`progress`]), and
+//! [`correlate`].
+
+pub mod config;
+pub mod correlate;
+pub mod metric_rules;
+pub mod progress;
+pub mod rules;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::records::{
+    AgentEvent, AgentEventKind, DetectionMethod, Evidence, FailureEvent, LogRecord, TelemetryBatch,
+};
+use crate::taxonomy::{FailureKind, Severity};
+
+use config::ms;
+pub use config::{CounterRule, DetectorConfig, GaugeRule};
+use correlate::{Candidate, Correlator, Group, Offer};
+use metric_rules::MetricState;
+use progress::{IterationDone, JobProgress, ProgressSignal};
+pub use rules::{Classified, LogRules, RulesError};
+
+/// 2000-01-01T00:00:00Z: nothing a running cluster reports is older.
+pub const MIN_EVENT_MS: i64 = 946_684_800_000;
+/// 2100-01-01T00:00:00Z: nothing is newer.
+pub const MAX_EVENT_MS: i64 = 4_102_444_800_000;
+
+/// Where an observation came from; `index` numbers the observations one
+/// external record expands into, so failure ids stay unique.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub index: u32,
+}
+
+/// One thing the detector observes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    Log(LogRecord),
+    Telemetry(TelemetryBatch),
+    Agent(AgentEvent),
+}
+
+impl Observation {
+    pub fn cluster(&self) -> &str {
+        match self {
+            Observation::Log(r) => &r.cluster,
+            Observation::Telemetry(b) => &b.cluster,
+            Observation::Agent(e) => &e.cluster,
+        }
+    }
+
+    pub fn node(&self) -> &str {
+        match self {
+            Observation::Log(r) => &r.node,
+            Observation::Telemetry(b) => &b.node,
+            Observation::Agent(e) => &e.node,
+        }
+    }
+}
+
+/// One input: an observation and its source record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectorInput {
+    pub source: Source,
+    pub observation: Observation,
+}
+
+/// What the detector produces for one input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DetectorOutput {
+    Failure(FailureEvent),
+    /// The input (or part of it) is unusable; dead-letter it with this reason.
+    Rejected(String),
+}
+
+/// Counters an operator wants; the service exports them as metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DetectorStats {
+    pub failures: u64,
+    /// Candidates that became evidence of an event already emitted.
+    pub absorbed: u64,
+    pub rejected: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+struct NodeView {
+    last_heartbeat_ms: Option<i64>,
+    heartbeat_evidence: Option<Evidence>,
+    /// Reported lost; cleared by a heartbeat newer than the report.
+    lost_at_ms: Option<i64>,
+    /// The job this node last reported, to fill in logs that name none.
+    job: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ClusterView {
+    newest_ms: Option<i64>,
+    nodes: BTreeMap<String, NodeView>,
+    jobs: BTreeMap<String, JobProgress>,
+    job_nodes: BTreeMap<String, BTreeSet<String>>,
+    correlator: Correlator,
+    metrics: MetricState,
+}
+
+/// The detector of every cluster it has seen.
+#[derive(Debug)]
+pub struct Detector {
+    config: DetectorConfig,
+    rules: LogRules,
+    clusters: BTreeMap<String, ClusterView>,
+    stats: DetectorStats,
+}
+
+impl Detector {
+    pub fn new(config: DetectorConfig, rules: LogRules) -> Detector {
+        Detector {
+            config,
+            rules,
+            clusters: BTreeMap::new(),
+            stats: DetectorStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &DetectorConfig {
+        &self.config
+    }
+
+    pub fn rules(&self) -> &LogRules {
+        &self.rules
+    }
+
+    pub fn stats(&self) -> DetectorStats {
+        self.stats
+    }
+
+    /// Applies one input; returns the failures it completes, in order.
+    pub fn apply(&mut self, input: &DetectorInput) -> Vec<DetectorOutput> {
+        let mut outputs = Vec::new();
+        let obs = &input.observation;
+        if obs.cluster().is_empty() || obs.node().is_empty() {
+            self.stats.rejected += 1;
+            return vec![DetectorOutput::Rejected(
+                "record names no cluster or no node".into(),
+            )];
+        }
+        let view = self.clusters.entry(obs.cluster().to_string()).or_default();
+        let mut rejected = Vec::new();
+        let mut candidates = Vec::new();
+        match obs {
+            Observation::Log(record) => {
+                if let Err(reason) = check_time(view.newest_ms, record.time_ms, &self.config) {
+                    rejected.push(reason);
+                } else {
+                    advance(view, record.time_ms);
+                    candidates.extend(classify_log(
+                        &self.rules,
+                        &self.config,
+                        view,
+                        record,
+                        &input.source,
+                    ));
+                }
+            }
+            Observation::Telemetry(batch) => {
+                for sample in &batch.samples {
+                    if let Err(reason) = check_time(view.newest_ms, sample.time_ms, &self.config) {
+                        rejected.push(format!("sample `{}`: {reason}", sample.name));
+                        continue;
+                    }
+                    match view
+                        .metrics
+                        .observe(&self.config, &self.rules, &batch.node, sample)
+                    {
+                        Ok(found) => {
+                            advance(view, sample.time_ms);
+                            for (kind, rule) in found {
+                                let job = sample.job.clone().or_else(|| {
+                                    view.nodes.get(&batch.node).and_then(|n| n.job.clone())
+                                });
+                                candidates.push(Candidate {
+                                    kind,
+                                    severity: kind.default_severity(),
+                                    method: DetectionMethod::MetricRule,
+                                    rule: Some(rule),
+                                    node: Some(batch.node.clone()),
+                                    gpu: sample.gpu,
+                                    job,
+                                    rank: sample.rank,
+                                    time_ms: sample.time_ms,
+                                    evidence: vec![evidence(
+                                        &input.source,
+                                        &batch.node,
+                                        &format!(
+                                            "{}{} = {}",
+                                            sample.name,
+                                            label_text(sample),
+                                            sample.value
+                                        ),
+                                        self.config.excerpt_bytes,
+                                    )],
+                                });
+                            }
+                        }
+                        Err(reason) => rejected.push(format!("sample `{}`: {reason}", sample.name)),
+                    }
+                }
+            }
+            Observation::Agent(event) => {
+                if let Err(reason) = check_time(view.newest_ms, event.time_ms, &self.config) {
+                    rejected.push(reason);
+                } else if let Err(reason) = validate_agent(event) {
+                    rejected.push(reason);
+                } else {
+                    advance(view, event.time_ms);
+                    candidates.extend(on_agent(&self.config, view, event, &input.source));
+                }
+            }
+        }
+        for reason in rejected.iter().take(1) {
+            self.stats.rejected += 1;
+            let more = rejected.len() - 1;
+            outputs.push(DetectorOutput::Rejected(if more > 0 {
+                format!("{reason} (and {more} more)")
+            } else {
+                reason.clone()
+            }));
+        }
+        let mut emitted = Vec::new();
+        for c in candidates {
+            self.offer(obs.cluster(), c, &mut emitted);
+        }
+        self.fire_timers(obs.cluster(), &mut emitted);
+        let view = self.clusters.get_mut(obs.cluster()).expect("created above");
+        let detected_ms = view.newest_ms.unwrap_or(0);
+        for (n, (candidate, severity)) in emitted.into_iter().enumerate() {
+            self.stats.failures += 1;
+            let Source {
+                topic,
+                partition,
+                offset,
+                index,
+            } = &input.source;
+            outputs.push(DetectorOutput::Failure(FailureEvent {
+                id: format!(
+                    "f:{}:{topic}:{partition}:{offset}:{index}:{n}",
+                    obs.cluster()
+                ),
+                cluster: obs.cluster().to_string(),
+                node: candidate.node,
+                gpu: candidate.gpu,
+                job: candidate.job,
+                rank: candidate.rank,
+                kind: candidate.kind,
+                severity,
+                method: candidate.method,
+                rule: candidate.rule,
+                evidence: candidate.evidence,
+                first_evidence_ms: candidate.time_ms,
+                detected_ms: detected_ms.max(candidate.time_ms),
+            }));
+        }
+        outputs
+    }
+
+    fn offer(&mut self, cluster: &str, c: Candidate, emitted: &mut Vec<(Candidate, Severity)>) {
+        let view = self.clusters.get_mut(cluster).expect("created by apply");
+        match view.correlator.offer(c, &self.config) {
+            Offer::Emit(mut c) => {
+                c.evidence.truncate(self.config.max_evidence);
+                if c.kind == FailureKind::LostConnection
+                    && let Some(node) = c.node.as_ref().and_then(|n| view.nodes.get_mut(n))
+                {
+                    node.lost_at_ms = Some(c.time_ms.max(node.lost_at_ms.unwrap_or(i64::MIN)));
+                }
+                let severity = view.correlator.emitted(&c, &self.config);
+                emitted.push((c, severity));
+            }
+            Offer::Held => {}
+            Offer::Absorbed => self.stats.absorbed += 1,
+        }
+    }
+
+    /// Fires every timer the cluster's watermark has passed.
+    fn fire_timers(&mut self, cluster: &str, emitted: &mut Vec<(Candidate, Severity)>) {
+        let config = self.config.clone();
+        let view = self.clusters.get_mut(cluster).expect("created by apply");
+        let Some(newest) = view.newest_ms else { return };
+        let watermark = newest - ms(config.allowed_lateness_s);
+        let deadline = ms(config.heartbeat_deadline_s);
+        let mut due = Vec::new();
+        // Heartbeat loss.
+        for (name, node) in &mut view.nodes {
+            let (Some(last), None) = (node.last_heartbeat_ms, node.lost_at_ms) else {
+                continue;
+            };
+            if last + deadline < watermark {
+                node.lost_at_ms = Some(last + deadline);
+                due.push(Candidate {
+                    kind: FailureKind::LostConnection,
+                    severity: Severity::Sev1,
+                    method: DetectionMethod::Heartbeat,
+                    rule: Some("heartbeat.deadline".into()),
+                    node: Some(name.clone()),
+                    gpu: None,
+                    job: node.job.clone(),
+                    rank: None,
+                    time_ms: last,
+                    evidence: node.heartbeat_evidence.iter().cloned().collect(),
+                });
+            }
+        }
+        // No progress for hang_factor × the mean iteration time.
+        for (job, progress) in &mut view.jobs {
+            let Some(at) =
+                progress.hang_deadline_ms(config.hang_factor, config.hang_min_iterations)
+            else {
+                continue;
+            };
+            if at < watermark {
+                progress.hang_reported = true;
+                due.push(Candidate {
+                    kind: FailureKind::TaskHang,
+                    severity: Severity::Sev2,
+                    method: DetectionMethod::Statistical,
+                    rule: Some("progress.stalled".into()),
+                    node: progress.laggard().map(str::to_string),
+                    gpu: None,
+                    job: Some(job.clone()),
+                    rank: None,
+                    time_ms: progress.last_progress_ms.unwrap_or(at),
+                    evidence: Vec::new(),
+                });
+            }
+        }
+        let groups = view.correlator.expired(watermark);
+        for c in due {
+            self.offer(cluster, c, emitted);
+        }
+        for group in groups {
+            let c = self.resolve_group(cluster, group, newest);
+            self.offer_resolved(cluster, c, emitted);
+        }
+        let view = self.clusters.get_mut(cluster).expect("created by apply");
+        view.correlator.prune(watermark, &config);
+    }
+
+    /// Emits a resolved group without holding it again.
+    fn offer_resolved(
+        &mut self,
+        cluster: &str,
+        mut c: Candidate,
+        emitted: &mut Vec<(Candidate, Severity)>,
+    ) {
+        let view = self.clusters.get_mut(cluster).expect("created by apply");
+        c.evidence.truncate(self.config.max_evidence);
+        if c.kind == FailureKind::LostConnection
+            && let Some(node) = c.node.as_ref().and_then(|n| view.nodes.get_mut(n))
+        {
+            node.lost_at_ms = Some(c.time_ms);
+        }
+        let severity = view.correlator.emitted(&c, &self.config);
+        emitted.push((c, severity));
+    }
+
+    /// One event for a group of symptoms: a silent peer of the job if there
+    /// is one (the node that died and made every other rank time out), else
+    /// the dominant symptom, on the one reporting node if there is only one.
+    fn resolve_group(&self, cluster: &str, group: Group, newest: i64) -> Candidate {
+        let view = &self.clusters[cluster];
+        let first = group.members[0].clone();
+        let evidence: Vec<Evidence> = group
+            .members
+            .iter()
+            .flat_map(|m| m.evidence.clone())
+            .collect();
+        let reporters = group.reporters();
+        if let Some(job) = &group.job {
+            let silent: Vec<&String> = view
+                .job_nodes
+                .get(job)
+                .into_iter()
+                .flatten()
+                .filter(|n| !reporters.contains(&n.as_str()))
+                .filter(|n| {
+                    view.nodes.get(*n).is_some_and(|v| {
+                        v.lost_at_ms.is_none()
+                            && v.last_heartbeat_ms
+                                .is_some_and(|t| t + ms(self.config.suspect_after_s) < newest)
+                    })
+                })
+                .collect();
+            if silent.len() == 1 {
+                let node = silent[0];
+                return Candidate {
+                    kind: FailureKind::LostConnection,
+                    severity: Severity::Sev1,
+                    method: DetectionMethod::Heartbeat,
+                    rule: Some("correlation.silent_peer".into()),
+                    node: Some(node.clone()),
+                    gpu: None,
+                    job: Some(job.clone()),
+                    rank: None,
+                    time_ms: first.time_ms,
+                    evidence,
+                };
+            }
+        }
+        let kind = group.dominant_kind();
+        let sample = group
+            .members
+            .iter()
+            .find(|m| m.kind == kind)
+            .unwrap_or(&first);
+        let single = reporters.len() == 1;
+        Candidate {
+            kind,
+            severity: sample.severity,
+            method: sample.method,
+            rule: sample.rule.clone(),
+            node: if single { sample.node.clone() } else { None },
+            gpu: if single { sample.gpu } else { None },
+            job: group.job.clone(),
+            rank: if group.members.len() == 1 {
+                sample.rank
+            } else {
+                None
+            },
+            time_ms: group
+                .members
+                .iter()
+                .map(|m| m.time_ms)
+                .min()
+                .unwrap_or(first.time_ms),
+            evidence,
+        }
+    }
+}
+
+fn advance(view: &mut ClusterView, time_ms: i64) {
+    view.newest_ms = Some(view.newest_ms.map_or(time_ms, |t| t.max(time_ms)));
+}
+
+fn check_time(newest: Option<i64>, time_ms: i64, config: &DetectorConfig) -> Result<(), String> {
+    if !(MIN_EVENT_MS..=MAX_EVENT_MS).contains(&time_ms) {
+        return Err(format!("event time {time_ms} ms is outside 2000..2100"));
+    }
+    if let Some(newest) = newest
+        && time_ms > newest + ms(config.max_future_skew_s)
+    {
+        return Err(format!(
+            "event time {time_ms} ms is {} s ahead of the cluster's newest record",
+            (time_ms - newest) / 1000
+        ));
+    }
+    Ok(())
+}
+
+fn validate_agent(event: &AgentEvent) -> Result<(), String> {
+    if let Some(t) = event.iteration_time_ms
+        && !(t.is_finite() && t >= 0.0)
+    {
+        return Err(format!(
+            "iteration_time_ms: {t} is not a finite non-negative number"
+        ));
+    }
+    Ok(())
+}
+
+fn classify_log(
+    rules: &LogRules,
+    config: &DetectorConfig,
+    view: &mut ClusterView,
+    record: &LogRecord,
+    source: &Source,
+) -> Option<Candidate> {
+    let found = rules.classify(&record.line)?;
+    let job = record
+        .job
+        .clone()
+        .or_else(|| view.nodes.get(&record.node).and_then(|n| n.job.clone()));
+    if let Some(job) = &job {
+        view.job_nodes
+            .entry(job.clone())
+            .or_default()
+            .insert(record.node.clone());
+    }
+    Some(Candidate {
+        kind: found.kind,
+        severity: found.severity,
+        method: DetectionMethod::LogRule,
+        rule: Some(found.rule),
+        node: Some(found.node.unwrap_or_else(|| record.node.clone())),
+        gpu: record.gpu.or(found.gpu),
+        job,
+        rank: record.rank.or(found.rank),
+        time_ms: record.time_ms,
+        evidence: vec![evidence(
+            source,
+            &record.node,
+            &record.line,
+            config.excerpt_bytes,
+        )],
+    })
+}
+
+fn on_agent(
+    config: &DetectorConfig,
+    view: &mut ClusterView,
+    event: &AgentEvent,
+    source: &Source,
+) -> Vec<Candidate> {
+    let node = view.nodes.entry(event.node.clone()).or_default();
+    if let Some(job) = &event.job {
+        node.job = Some(job.clone());
+        view.job_nodes
+            .entry(job.clone())
+            .or_default()
+            .insert(event.node.clone());
+    }
+    match event.kind {
+        AgentEventKind::Heartbeat => {
+            if node.last_heartbeat_ms.is_none_or(|t| event.time_ms > t) {
+                node.last_heartbeat_ms = Some(event.time_ms);
+                node.heartbeat_evidence = Some(evidence(
+                    source,
+                    &event.node,
+                    "last heartbeat",
+                    config.excerpt_bytes,
+                ));
+                // A node heard from after it was reported lost is back.
+                if node.lost_at_ms.is_some_and(|lost| event.time_ms > lost) {
+                    node.lost_at_ms = None;
+                }
+            }
+            Vec::new()
+        }
+        AgentEventKind::ProcessExit => {
+            let code = event.exit_code.unwrap_or(0);
+            let clean_signal = event
+                .signal
+                .is_some_and(|s| config.clean_signals.contains(&s))
+                || config.clean_signals.iter().any(|s| code == 128 + s);
+            if (code == 0 && event.signal.is_none()) || clean_signal {
+                if let Some(job) = &event.job {
+                    view.jobs.remove(job); // finished or stopped on purpose
+                }
+                return Vec::new();
+            }
+            let what = match (event.exit_code, event.signal) {
+                (_, Some(signal)) => format!("process exited on signal {signal}"),
+                (Some(code), None) => format!("process exited with code {code}"),
+                (None, None) => "process exited".to_string(),
+            };
+            vec![Candidate {
+                kind: FailureKind::ExitedAbnormally,
+                severity: Severity::Sev2,
+                method: DetectionMethod::ProcessSupervision,
+                rule: Some("process.exit".into()),
+                node: Some(event.node.clone()),
+                gpu: None,
+                job: event.job.clone(),
+                rank: event.rank,
+                time_ms: event.time_ms,
+                evidence: vec![evidence(source, &event.node, &what, config.excerpt_bytes)],
+            }]
+        }
+        AgentEventKind::IterationDone => {
+            let Some(job) = &event.job else {
+                return Vec::new();
+            };
+            let progress = view.jobs.entry(job.clone()).or_default();
+            let signals = progress.iteration(
+                &IterationDone {
+                    rank: event.rank,
+                    node: &event.node,
+                    iteration: event.iteration,
+                    time_ms: event.iteration_time_ms,
+                    event_ms: event.time_ms,
+                },
+                config,
+            );
+            signals
+                .into_iter()
+                .map(|signal| {
+                    let (kind, node, rule, text) = match signal {
+                        ProgressSignal::SlowIteration { time_ms, mean_ms } => (
+                            FailureKind::TaskHang,
+                            None,
+                            "progress.slow_iteration",
+                            format!("iteration took {time_ms:.0} ms, mean {mean_ms:.0} ms"),
+                        ),
+                        ProgressSignal::Straggler {
+                            node,
+                            mean_ms,
+                            median_ms,
+                        } => (
+                            FailureKind::Straggler,
+                            Some(node),
+                            "progress.straggler",
+                            format!("rank mean {mean_ms:.0} ms against median {median_ms:.0} ms"),
+                        ),
+                    };
+                    Candidate {
+                        kind,
+                        severity: kind.default_severity(),
+                        method: DetectionMethod::Statistical,
+                        rule: Some(rule.into()),
+                        rank: if node.is_some() { event.rank } else { None },
+                        node,
+                        gpu: None,
+                        job: Some(job.clone()),
+                        time_ms: event.time_ms,
+                        evidence: vec![evidence(source, &event.node, &text, config.excerpt_bytes)],
+                    }
+                })
+                .collect()
+        }
+        AgentEventKind::Unknown => Vec::new(),
+    }
+}
+
+fn label_text(sample: &crate::records::MetricSample) -> String {
+    if sample.labels.is_empty() {
+        return String::new();
+    }
+    let inner: Vec<String> = sample
+        .labels
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{v}\""))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// Evidence for a source record with an excerpt cut at a char boundary.
+pub fn evidence(source: &Source, node: &str, text: &str, limit: usize) -> Evidence {
+    let mut end = text.len().min(limit);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Evidence {
+        topic: source.topic.clone(),
+        partition: source.partition,
+        offset: source.offset,
+        node: Some(node.to_string()),
+        excerpt: text[..end].to_string(),
+    }
+}

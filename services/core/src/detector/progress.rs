@@ -1,0 +1,174 @@
+//! Online statistics of training progress: hangs and stragglers.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::config::DetectorConfig;
+
+/// Running mean and variance (Welford), numerically stable in one pass.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunningStats {
+    pub count: u64,
+    pub mean: f64,
+    m2: f64,
+}
+
+impl RunningStats {
+    pub fn push(&mut self, x: f64) {
+        self.count += 1;
+        let delta = x - self.mean;
+        self.mean += delta / self.count as f64;
+        self.m2 += delta * (x - self.mean);
+    }
+
+    pub fn variance(&self) -> f64 {
+        if self.count < 2 {
+            0.0
+        } else {
+            self.m2 / (self.count - 1) as f64
+        }
+    }
+}
+
+/// One rank's recent iteration times.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RankProgress {
+    pub node: String,
+    pub last_iteration: i64,
+    recent: VecDeque<f64>,
+    sum: f64,
+    /// Reported as a straggler and not yet recovered.
+    pub straggling: bool,
+}
+
+impl RankProgress {
+    fn push(&mut self, time_ms: f64, window: usize) {
+        self.recent.push_back(time_ms);
+        self.sum += time_ms;
+        while self.recent.len() > window {
+            self.sum -= self.recent.pop_front().unwrap_or(0.0);
+        }
+    }
+
+    fn mean(&self, window: usize) -> Option<f64> {
+        (self.recent.len() >= window).then(|| self.sum / self.recent.len() as f64)
+    }
+}
+
+/// Progress of one job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobProgress {
+    pub stats: RunningStats,
+    /// Event time of the newest completed iteration.
+    pub last_progress_ms: Option<i64>,
+    /// A hang was reported and progress has not resumed since.
+    pub hang_reported: bool,
+    pub ranks: BTreeMap<i32, RankProgress>,
+}
+
+/// One completed iteration of one rank.
+#[derive(Debug, Clone, Copy)]
+pub struct IterationDone<'a> {
+    pub rank: Option<i32>,
+    pub node: &'a str,
+    pub iteration: Option<i64>,
+    pub time_ms: Option<f64>,
+    pub event_ms: i64,
+}
+
+/// What one completed iteration says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProgressSignal {
+    /// This iteration took `factor` times the job's mean.
+    SlowIteration { time_ms: f64, mean_ms: f64 },
+    /// This rank is persistently slower than the median rank.
+    Straggler {
+        node: String,
+        mean_ms: f64,
+        median_ms: f64,
+    },
+}
+
+impl JobProgress {
+    /// Records a completed iteration and returns what it signals.
+    pub fn iteration(
+        &mut self,
+        done: &IterationDone<'_>,
+        config: &DetectorConfig,
+    ) -> Vec<ProgressSignal> {
+        let (hang_factor, min_iterations) = (config.hang_factor, config.hang_min_iterations);
+        let (straggler_factor, window) = (config.straggler_factor, config.straggler_window);
+        let (rank, node, iteration, time_ms, event_ms) = (
+            done.rank,
+            done.node,
+            done.iteration,
+            done.time_ms,
+            done.event_ms,
+        );
+        let mut signals = Vec::new();
+        self.last_progress_ms = Some(self.last_progress_ms.map_or(event_ms, |t| t.max(event_ms)));
+        self.hang_reported = false;
+        let Some(time_ms) = time_ms else {
+            return signals;
+        };
+        if self.stats.count >= min_iterations && time_ms > hang_factor * self.stats.mean {
+            signals.push(ProgressSignal::SlowIteration {
+                time_ms,
+                mean_ms: self.stats.mean,
+            });
+        } else {
+            // An outlier would inflate the mean it is judged against.
+            self.stats.push(time_ms);
+        }
+        let Some(rank) = rank else {
+            return signals;
+        };
+        let entry = self.ranks.entry(rank).or_default();
+        entry.node = node.to_string();
+        if let Some(i) = iteration {
+            entry.last_iteration = entry.last_iteration.max(i);
+        }
+        entry.push(time_ms, window);
+        let Some(mine) = entry.mean(window) else {
+            return signals;
+        };
+        let mut means: Vec<f64> = self.ranks.values().filter_map(|r| r.mean(window)).collect();
+        if means.len() < 3 {
+            return signals; // no meaningful median of peers
+        }
+        means.sort_by(f64::total_cmp);
+        let median = means[means.len() / 2];
+        let entry = self.ranks.get_mut(&rank).expect("inserted above");
+        if mine > straggler_factor * median {
+            if !entry.straggling {
+                entry.straggling = true;
+                signals.push(ProgressSignal::Straggler {
+                    node: entry.node.clone(),
+                    mean_ms: mine,
+                    median_ms: median,
+                });
+            }
+        } else {
+            entry.straggling = false;
+        }
+        signals
+    }
+
+    /// Event time at which no progress means a hang, once the mean is trusted.
+    pub fn hang_deadline_ms(&self, hang_factor: f64, min_iterations: u64) -> Option<i64> {
+        if self.hang_reported || self.stats.count < min_iterations {
+            return None;
+        }
+        let last = self.last_progress_ms?;
+        Some(last + (hang_factor * self.stats.mean).round() as i64)
+    }
+
+    /// The node of the rank furthest behind, when exactly one rank is.
+    pub fn laggard(&self) -> Option<&str> {
+        let min = self.ranks.values().map(|r| r.last_iteration).min()?;
+        let mut behind = self.ranks.values().filter(|r| r.last_iteration == min);
+        let first = behind.next()?;
+        (behind.next().is_none() && self.ranks.len() > 1).then_some(first.node.as_str())
+    }
+}

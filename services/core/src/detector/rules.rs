@@ -1,0 +1,408 @@
+//! Log rules: one pass over a line classifies it as a failure kind or benign.
+//!
+//! All keywords of all rules go into one Aho-Corasick automaton; a line that
+//! contains none of them (nearly every line) is benign after that single
+//! scan. Only lines with a keyword hit run the rules' `RegexSet`, and only
+//! the winning rule's own regex runs again to read captures.
+
+use std::collections::BTreeMap;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use regex::{Regex, RegexSet};
+use serde::Deserialize;
+
+use crate::taxonomy::{FailureKind, Severity};
+
+/// The built-in rules, compiled into the binary.
+pub const BUILTIN_RULES: &str = include_str!("../../rules/log_rules.toml");
+
+/// A rule file that cannot be used, naming the rule and field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RulesError {
+    #[error("rules file: {0}")]
+    Parse(String),
+    #[error("rule `{rule}`: field `{field}`: {reason}")]
+    Rule {
+        rule: String,
+        field: &'static str,
+        reason: String,
+    },
+}
+
+/// One rule as written in TOML.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    pub name: String,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub severity: Option<String>,
+    #[serde(default)]
+    pub keywords: Vec<String>,
+    #[serde(default)]
+    pub pattern: Option<String>,
+    #[serde(default)]
+    pub unless: Option<String>,
+    /// In a user file: drop the built-in rule of this name.
+    #[serde(default)]
+    pub disable: bool,
+}
+
+/// A rules file: rules plus the XID code table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RulesFile {
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<RuleSpec>,
+    /// kind symbol (or `none`, or `default`) → XID codes.
+    #[serde(default)]
+    pub xid: BTreeMap<String, toml::Value>,
+}
+
+impl RulesFile {
+    /// Parses a rules file.
+    pub fn parse(text: &str) -> Result<RulesFile, RulesError> {
+        toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            RulesError::Parse(match line {
+                Some(line) => format!("line {line}: {}", e.message()),
+                None => e.message().to_string(),
+            })
+        })
+    }
+
+    /// `self` with `user` layered on top: a user rule replaces the built-in
+    /// rule of the same name in place, new rules go first (so they win), and
+    /// `disable = true` removes a rule. XID entries override per key.
+    pub fn overlay(mut self, user: RulesFile) -> RulesFile {
+        let mut prepend = Vec::new();
+        for rule in user.rules {
+            match self.rules.iter().position(|r| r.name == rule.name) {
+                Some(i) if rule.disable => {
+                    self.rules.remove(i);
+                }
+                Some(i) => self.rules[i] = rule,
+                None if rule.disable => {}
+                None => prepend.push(rule),
+            }
+        }
+        prepend.append(&mut self.rules);
+        self.rules = prepend;
+        self.xid.extend(user.xid);
+        self
+    }
+}
+
+/// What a rule says about a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A failure of this kind, by this rule.
+    Failure {
+        kind: FailureKind,
+        severity: Severity,
+        rule: usize,
+    },
+    /// Nothing wrong.
+    Benign,
+}
+
+/// A classified line with what the rule captured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    pub kind: FailureKind,
+    pub severity: Severity,
+    pub rule: String,
+    pub rank: Option<i32>,
+    pub gpu: Option<i32>,
+    /// The node the line is about, when it names another (`(?P<node>...)`).
+    pub node: Option<String>,
+}
+
+enum RuleKind {
+    Fixed(FailureKind),
+    Xid,
+}
+
+struct Rule {
+    name: String,
+    kind: RuleKind,
+    severity: Option<Severity>,
+    regex: Regex,
+    unless: Option<Regex>,
+}
+
+/// The compiled rule set.
+pub struct LogRules {
+    rules: Vec<Rule>,
+    prefilter: AhoCorasick,
+    /// Keyword pattern index → rule index.
+    keyword_rule: Vec<usize>,
+    set: RegexSet,
+    /// XID code → kind (`None`: benign code).
+    xid: BTreeMap<u32, Option<FailureKind>>,
+    xid_default: Option<FailureKind>,
+}
+
+impl std::fmt::Debug for LogRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogRules")
+            .field("rules", &self.rules.len())
+            .finish()
+    }
+}
+
+/// Longest line prefix the rules look at; longer lines are truncated (a
+/// megabyte line costs no more than this).
+pub const MAX_LINE_BYTES: usize = 8 * 1024;
+
+/// Most rules one set may hold (the candidate bitset is fixed-size).
+pub const MAX_RULES: usize = 256;
+
+impl LogRules {
+    /// The built-in rules.
+    pub fn builtin() -> LogRules {
+        LogRules::compile(RulesFile::parse(BUILTIN_RULES).expect("built-in rules parse"))
+            .expect("built-in rules compile")
+    }
+
+    /// The built-in rules with a user file layered on top.
+    pub fn with_user(user_toml: &str) -> Result<LogRules, RulesError> {
+        let builtin = RulesFile::parse(BUILTIN_RULES).expect("built-in rules parse");
+        LogRules::compile(builtin.overlay(RulesFile::parse(user_toml)?))
+    }
+
+    /// Compiles a rules file.
+    pub fn compile(file: RulesFile) -> Result<LogRules, RulesError> {
+        let mut rules = Vec::new();
+        let mut keywords = Vec::new();
+        let mut keyword_rule = Vec::new();
+        let mut patterns = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
+        for spec in file.rules.into_iter().filter(|r| !r.disable) {
+            let err = |field: &'static str, reason: String| RulesError::Rule {
+                rule: spec.name.clone(),
+                field,
+                reason,
+            };
+            if !names.insert(spec.name.clone()) {
+                return Err(err("name", "duplicate rule name".into()));
+            }
+            let kind_symbol = spec
+                .kind
+                .as_deref()
+                .ok_or_else(|| err("kind", "missing".into()))?;
+            let kind = if kind_symbol == "xid" {
+                RuleKind::Xid
+            } else {
+                RuleKind::Fixed(
+                    kind_symbol
+                        .parse()
+                        .map_err(|e: crate::UnknownSymbol| err("kind", e.to_string()))?,
+                )
+            };
+            let severity = spec
+                .severity
+                .as_deref()
+                .map(|s| {
+                    s.parse()
+                        .map_err(|e: crate::UnknownSymbol| err("severity", e.to_string()))
+                })
+                .transpose()?;
+            let pattern = spec
+                .pattern
+                .clone()
+                .ok_or_else(|| err("pattern", "missing".into()))?;
+            let regex = Regex::new(&pattern).map_err(|e| err("pattern", e.to_string()))?;
+            if matches!(kind, RuleKind::Xid) && !regex.capture_names().any(|n| n == Some("xid")) {
+                return Err(err(
+                    "pattern",
+                    "kind `xid` needs a `(?P<xid>...)` group".into(),
+                ));
+            }
+            let unless = spec
+                .unless
+                .as_deref()
+                .map(Regex::new)
+                .transpose()
+                .map_err(|e| err("unless", e.to_string()))?;
+            if spec.keywords.is_empty() || spec.keywords.iter().any(|k| k.is_empty()) {
+                return Err(err(
+                    "keywords",
+                    "needs at least one non-empty literal (the prefilter)".into(),
+                ));
+            }
+            for keyword in &spec.keywords {
+                keywords.push(keyword.clone());
+                keyword_rule.push(rules.len());
+            }
+            patterns.push(pattern);
+            rules.push(Rule {
+                name: spec.name,
+                kind,
+                severity,
+                regex,
+                unless,
+            });
+        }
+        if rules.len() > MAX_RULES {
+            return Err(RulesError::Parse(format!(
+                "{} rules; at most {MAX_RULES} are supported",
+                rules.len()
+            )));
+        }
+        let prefilter = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::Standard)
+            .build(&keywords)
+            .map_err(|e| RulesError::Parse(format!("keywords: {e}")))?;
+        let set = RegexSet::new(&patterns).map_err(|e| RulesError::Parse(e.to_string()))?;
+        let (xid, xid_default) = xid_table(&file.xid)?;
+        Ok(LogRules {
+            rules,
+            prefilter,
+            keyword_rule,
+            set,
+            xid,
+            xid_default,
+        })
+    }
+
+    /// Number of compiled rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether there are no rules.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The kind an XID code maps to (`None`: benign).
+    pub fn xid_kind(&self, code: u32) -> Option<FailureKind> {
+        self.xid.get(&code).copied().unwrap_or(self.xid_default)
+    }
+
+    /// The verdict for one line, without captures (the hot path).
+    pub fn verdict(&self, line: &str) -> Verdict {
+        let line = truncate(line);
+        let mut candidates = [0u64; MAX_RULES / 64];
+        let mut any = false;
+        for m in self.prefilter.find_overlapping_iter(line) {
+            let rule = self.keyword_rule[m.pattern().as_usize()];
+            candidates[rule / 64] |= 1 << (rule % 64);
+            any = true;
+        }
+        if !any {
+            return Verdict::Benign;
+        }
+        for index in self.set.matches(line).iter() {
+            if candidates[index / 64] & (1 << (index % 64)) == 0 {
+                continue;
+            }
+            let rule = &self.rules[index];
+            if rule.unless.as_ref().is_some_and(|u| u.is_match(line)) {
+                continue;
+            }
+            let kind = match rule.kind {
+                RuleKind::Fixed(kind) => Some(kind),
+                RuleKind::Xid => rule
+                    .regex
+                    .captures(line)
+                    .and_then(|c| c.name("xid")?.as_str().parse().ok())
+                    .and_then(|code| self.xid_kind(code)),
+            };
+            if let Some(kind) = kind {
+                return Verdict::Failure {
+                    kind,
+                    severity: rule.severity.unwrap_or(kind.default_severity()),
+                    rule: index,
+                };
+            }
+        }
+        Verdict::Benign
+    }
+
+    /// Classifies one line; `None` when benign.
+    pub fn classify(&self, line: &str) -> Option<Classified> {
+        let Verdict::Failure {
+            kind,
+            severity,
+            rule,
+        } = self.verdict(line)
+        else {
+            return None;
+        };
+        let rule = &self.rules[rule];
+        let captures = rule.regex.captures(truncate(line));
+        let number =
+            |name: &str| -> Option<i32> { captures.as_ref()?.name(name)?.as_str().parse().ok() };
+        Some(Classified {
+            kind,
+            severity,
+            rule: rule.name.clone(),
+            rank: number("rank"),
+            gpu: number("gpu"),
+            node: captures
+                .as_ref()
+                .and_then(|c| c.name("node"))
+                .map(|m| m.as_str().to_string()),
+        })
+    }
+}
+
+fn truncate(line: &str) -> &str {
+    if line.len() <= MAX_LINE_BYTES {
+        return line;
+    }
+    let mut end = MAX_LINE_BYTES;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    &line[..end]
+}
+
+type XidTable = (BTreeMap<u32, Option<FailureKind>>, Option<FailureKind>);
+
+fn xid_table(spec: &BTreeMap<String, toml::Value>) -> Result<XidTable, RulesError> {
+    let err = |reason: String| RulesError::Rule {
+        rule: "xid".into(),
+        field: "xid",
+        reason,
+    };
+    let parse_kind = |symbol: &str| -> Result<Option<FailureKind>, RulesError> {
+        if symbol == "none" {
+            Ok(None)
+        } else {
+            symbol
+                .parse()
+                .map(Some)
+                .map_err(|e: crate::UnknownSymbol| err(e.to_string()))
+        }
+    };
+    let mut table = BTreeMap::new();
+    let mut default = Some(FailureKind::Unknown);
+    for (key, value) in spec {
+        if key == "default" {
+            let symbol = value
+                .as_str()
+                .ok_or_else(|| err("`default` must be a kind symbol".into()))?;
+            default = parse_kind(symbol)?;
+            continue;
+        }
+        let kind = parse_kind(key)?;
+        let codes = value
+            .as_array()
+            .ok_or_else(|| err(format!("`{key}` must be a list of codes")))?;
+        for code in codes {
+            let code = code
+                .as_integer()
+                .and_then(|c| u32::try_from(c).ok())
+                .ok_or_else(|| err(format!("`{key}`: {code} is not an XID code")))?;
+            table.insert(code, kind);
+        }
+    }
+    Ok((table, default))
+}
