@@ -86,7 +86,7 @@ impl Default for DetectorConfig {
             allowed_lateness_s: 2.0,
             max_future_skew_s: 3600.0,
             correlation_window_s: 5.0,
-            suspect_after_s: 15.0,
+            suspect_after_s: 10.0,
             dedupe_window_s: 60.0,
             escalation_repeats: 2,
             escalation_window_s: 300.0,

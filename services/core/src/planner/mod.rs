@@ -283,8 +283,11 @@ fn on_failure(
         node: f.node.clone(),
         kind: f.kind,
     });
+    // The detector may already have escalated a node's repeated SEV3 faults;
+    // escalating from the kind's default (not from `base`) keeps one repeat
+    // from being escalated twice.
     let severity = if repeats >= config.escalation_repeats.max(1) && config.escalation_repeats > 1 {
-        base.escalate()
+        base.min(f.kind.default_severity().escalate())
     } else {
         base
     };

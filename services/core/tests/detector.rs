@@ -1,0 +1,505 @@
+//! The detector's methods and correlation, driven by event time only.
+
+use std::collections::BTreeMap;
+
+use unicron_core::detector::{
+    Detector, DetectorConfig, DetectorInput, DetectorOutput, LogRules, Observation, Source,
+};
+use unicron_core::{
+    AgentEvent, AgentEventKind, DetectionMethod, FailureEvent, FailureKind, LogRecord,
+    MetricSample, Severity, TelemetryBatch,
+};
+
+const T0: i64 = 1_780_000_000_000;
+
+struct Harness {
+    detector: Detector,
+    offset: i64,
+    failures: Vec<FailureEvent>,
+    rejected: Vec<String>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        Harness::with(DetectorConfig::default())
+    }
+
+    fn with(config: DetectorConfig) -> Harness {
+        Harness {
+            detector: Detector::new(config, LogRules::builtin()),
+            offset: 0,
+            failures: Vec::new(),
+            rejected: Vec::new(),
+        }
+    }
+
+    fn feed(&mut self, topic: &str, observation: Observation) {
+        self.offset += 1;
+        let input = DetectorInput {
+            source: Source {
+                topic: topic.into(),
+                partition: 0,
+                offset: self.offset,
+                index: 0,
+            },
+            observation,
+        };
+        for output in self.detector.apply(&input) {
+            match output {
+                DetectorOutput::Failure(f) => self.failures.push(f),
+                DetectorOutput::Rejected(reason) => self.rejected.push(reason),
+            }
+        }
+    }
+
+    fn heartbeat(&mut self, node: &str, job: Option<&str>, t: i64) {
+        self.feed(
+            "unicron.agent",
+            Observation::Agent(agent(node, job, t, AgentEventKind::Heartbeat)),
+        );
+    }
+
+    fn log(&mut self, node: &str, job: Option<&str>, rank: Option<i32>, t: i64, line: &str) {
+        self.feed(
+            "unicron.logs",
+            Observation::Log(LogRecord {
+                cluster: "c1".into(),
+                node: node.into(),
+                time_ms: t,
+                source: "test".into(),
+                job: job.map(str::to_string),
+                rank,
+                gpu: None,
+                line: line.into(),
+                attributes: BTreeMap::new(),
+            }),
+        );
+    }
+
+    fn iteration(
+        &mut self,
+        node: &str,
+        job: &str,
+        rank: i32,
+        iteration: i64,
+        t: i64,
+        took_ms: f64,
+    ) {
+        let mut e = agent(node, Some(job), t, AgentEventKind::IterationDone);
+        e.rank = Some(rank);
+        e.iteration = Some(iteration);
+        e.iteration_time_ms = Some(took_ms);
+        self.feed("unicron.agent", Observation::Agent(e));
+    }
+
+    fn sample(&mut self, node: &str, name: &str, value: f64, t: i64, labels: &[(&str, &str)]) {
+        self.feed(
+            "unicron.telemetry",
+            Observation::Telemetry(TelemetryBatch {
+                cluster: "c1".into(),
+                node: node.into(),
+                source: "test".into(),
+                samples: vec![MetricSample {
+                    name: name.into(),
+                    value,
+                    time_ms: t,
+                    gpu: Some(0),
+                    job: None,
+                    rank: None,
+                    labels: labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                }],
+            }),
+        );
+    }
+}
+
+fn agent(node: &str, job: Option<&str>, t: i64, kind: AgentEventKind) -> AgentEvent {
+    AgentEvent {
+        cluster: "c1".into(),
+        node: node.into(),
+        time_ms: t,
+        kind,
+        job: job.map(str::to_string),
+        rank: None,
+        exit_code: None,
+        signal: None,
+        iteration: None,
+        iteration_time_ms: None,
+    }
+}
+
+fn node(i: usize) -> String {
+    format!("n{i}")
+}
+
+#[test]
+fn heartbeat_loss_is_detected_in_event_time_despite_out_of_order_records() {
+    let mut h = Harness::new();
+    // n0 beats every second for 80 s; n1 stops after 20 s. Records of each
+    // second arrive in reverse node order and one n1 beat arrives 1.5 s late.
+    for s in 0..80 {
+        let t = T0 + s * 1000;
+        h.heartbeat("n0", None, t);
+        if s < 20 && s != 10 {
+            h.heartbeat("n1", None, t - 500);
+        }
+        if s == 12 {
+            h.heartbeat("n1", None, T0 + 10_000 - 500); // late, inside the lateness
+        }
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    let f = &h.failures[0];
+    assert_eq!(f.kind, FailureKind::LostConnection);
+    assert_eq!(f.severity, Severity::Sev1);
+    assert_eq!(f.method, DetectionMethod::Heartbeat);
+    assert_eq!(f.node.as_deref(), Some("n1"));
+    assert_eq!(f.first_evidence_ms, T0 + 19_000 - 500);
+    // Fires once the watermark (newest − 2 s lateness) passes last + 30 s.
+    assert!(
+        f.detected_ms > T0 + 18_500 + 30_000 + 2_000,
+        "{}",
+        f.detected_ms
+    );
+    assert!(
+        f.detected_ms <= T0 + 18_500 + 30_000 + 3_000,
+        "{}",
+        f.detected_ms
+    );
+    assert_eq!(f.evidence.len(), 1);
+}
+
+#[test]
+fn a_node_heard_from_again_is_watched_again() {
+    let mut h = Harness::new();
+    for s in 0..200 {
+        let t = T0 + s * 1000;
+        h.heartbeat("n0", None, t);
+        if !(10..60).contains(&s) && s < 120 {
+            h.heartbeat("n1", None, t);
+        }
+    }
+    let lost: Vec<_> = h
+        .failures
+        .iter()
+        .filter(|f| f.node.as_deref() == Some("n1"))
+        .collect();
+    assert_eq!(lost.len(), 2, "lost, back, lost again: {lost:#?}");
+}
+
+#[test]
+fn one_dead_node_seen_by_64_ranks_is_one_failure_of_that_node() {
+    let mut h = Harness::new();
+    // 8 nodes × 8 ranks of job j; n3 dies at 20 s; the other ranks' NCCL
+    // watchdogs fire at 25 s, before n3's 30 s heartbeat deadline.
+    for s in 0..=24 {
+        for i in 0..8 {
+            if i != 3 || s < 20 {
+                h.heartbeat(&node(i), Some("j"), T0 + s * 1000);
+            }
+        }
+    }
+    for i in (0..8).filter(|i| *i != 3) {
+        for r in 0..8 {
+            let rank = (i * 8 + r) as i32;
+            h.log(
+                &node(i),
+                Some("j"),
+                Some(rank),
+                T0 + 25_000 + r as i64,
+                &format!("[E ProcessGroupNCCL.cpp:475] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."),
+            );
+        }
+    }
+    for s in 25..90 {
+        for i in (0..8).filter(|i| *i != 3) {
+            h.heartbeat(&node(i), Some("j"), T0 + s * 1000);
+        }
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    let f = &h.failures[0];
+    assert_eq!(f.kind, FailureKind::LostConnection);
+    assert_eq!(f.node.as_deref(), Some("n3"));
+    assert_eq!(f.job.as_deref(), Some("j"));
+    assert_eq!(f.rule.as_deref(), Some("correlation.silent_peer"));
+    assert_eq!(f.evidence.len(), 32, "56 reports, bounded to max_evidence");
+    assert!(f.evidence.iter().all(|e| e.topic == "unicron.logs"));
+    // Detected at the end of the 5 s window, well before the 30 s deadline.
+    assert!(f.detected_ms < T0 + 19_000 + 30_000, "{}", f.detected_ms);
+}
+
+#[test]
+fn symptoms_after_a_heartbeat_loss_become_its_evidence() {
+    let mut h = Harness::new();
+    for s in 0..60 {
+        for i in 0..4 {
+            if i != 1 || s < 10 {
+                h.heartbeat(&node(i), Some("j"), T0 + s * 1000);
+            }
+        }
+    }
+    // n1 was reported lost at ~42 s; the ranks' timeouts come at 45 s.
+    assert_eq!(h.failures.len(), 1);
+    for i in [0, 2, 3] {
+        h.log(&node(i), Some("j"), Some(i as i32), T0 + 45_000, "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1234> with error 12, opcode 0, len 0, vendor err 129");
+    }
+    for s in 45..70 {
+        h.heartbeat("n0", Some("j"), T0 + s * 1000);
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    assert_eq!(h.detector.stats().absorbed, 3);
+}
+
+#[test]
+fn an_exit_explained_by_a_classified_error_is_not_a_second_failure() {
+    let mut h = Harness::new();
+    h.heartbeat("n0", Some("j"), T0);
+    h.log(
+        "n1",
+        Some("j"),
+        Some(9),
+        T0 + 1000,
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    );
+    let mut exit = agent("n1", Some("j"), T0 + 1200, AgentEventKind::ProcessExit);
+    exit.exit_code = Some(1);
+    exit.rank = Some(9);
+    h.feed("unicron.agent", Observation::Agent(exit));
+    for s in 2..20 {
+        h.heartbeat("n0", Some("j"), T0 + s * 1000);
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    assert_eq!(h.failures[0].kind, FailureKind::IllegalMemoryAccess);
+    assert_eq!(h.failures[0].rank, Some(9));
+}
+
+#[test]
+fn an_unexplained_abnormal_exit_is_its_own_failure_and_sigterm_is_none() {
+    let mut h = Harness::new();
+    let mut killed = agent("n1", Some("j"), T0, AgentEventKind::ProcessExit);
+    killed.signal = Some(9);
+    h.feed("unicron.agent", Observation::Agent(killed));
+    let mut stopped = agent("n2", Some("k"), T0, AgentEventKind::ProcessExit);
+    stopped.signal = Some(15);
+    h.feed("unicron.agent", Observation::Agent(stopped));
+    let mut code143 = agent("n2", Some("k"), T0, AgentEventKind::ProcessExit);
+    code143.exit_code = Some(143);
+    h.feed("unicron.agent", Observation::Agent(code143));
+    assert!(h.failures.is_empty(), "held for the correlation window");
+    for s in 1..10 {
+        h.heartbeat("n0", None, T0 + s * 1000);
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    let f = &h.failures[0];
+    assert_eq!(
+        (f.kind, f.severity, f.method),
+        (
+            FailureKind::ExitedAbnormally,
+            Severity::Sev2,
+            DetectionMethod::ProcessSupervision
+        )
+    );
+    assert_eq!(f.node.as_deref(), Some("n1"));
+}
+
+#[test]
+fn a_stalled_job_is_a_hang_after_three_mean_iterations() {
+    let mut h = Harness::new();
+    for it in 0..10 {
+        for rank in 0..4 {
+            h.iteration(&node(rank as usize), "j", rank, it, T0 + it * 1000, 1000.0);
+        }
+    }
+    // Rank 2 never finishes iteration 10; the others do.
+    for rank in [0, 1, 3] {
+        h.iteration(&node(rank as usize), "j", rank, 10, T0 + 10_000, 1000.0);
+    }
+    for s in 11..30 {
+        h.heartbeat("n0", Some("j"), T0 + s * 1000);
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    let f = &h.failures[0];
+    assert_eq!(
+        (f.kind, f.method),
+        (FailureKind::TaskHang, DetectionMethod::Statistical)
+    );
+    assert_eq!(f.node.as_deref(), Some("n2"), "the rank furthest behind");
+    // Last progress at 10 s; 3 × 1 s later, plus the lateness.
+    assert!(
+        f.detected_ms >= T0 + 13_000 + 2_000 && f.detected_ms <= T0 + 16_000,
+        "{}",
+        f.detected_ms
+    );
+}
+
+#[test]
+fn one_slow_iteration_is_a_hang_and_a_slow_rank_is_a_straggler() {
+    let mut h = Harness::new();
+    for it in 0..30 {
+        for rank in 0..4 {
+            let took = if rank == 1 { 1400.0 } else { 1000.0 };
+            h.iteration(&node(rank as usize), "j", rank, it, T0 + it * 1500, took);
+        }
+    }
+    let stragglers: Vec<_> = h
+        .failures
+        .iter()
+        .filter(|f| f.kind == FailureKind::Straggler)
+        .collect();
+    assert_eq!(stragglers.len(), 1, "{:#?}", h.failures);
+    assert_eq!(stragglers[0].node.as_deref(), Some("n1"));
+    assert_eq!(stragglers[0].severity, Severity::Sev3);
+    h.iteration("n0", "j", 0, 30, T0 + 60_000, 9000.0);
+    let hangs: Vec<_> = h
+        .failures
+        .iter()
+        .filter(|f| f.kind == FailureKind::TaskHang)
+        .collect();
+    assert_eq!(hangs.len(), 1, "{:#?}", h.failures);
+    assert_eq!(hangs[0].rule.as_deref(), Some("progress.slow_iteration"));
+}
+
+#[test]
+fn dcgm_xids_and_error_counters_are_failures_once() {
+    let mut h = Harness::new();
+    // Last-value XID: a repeated scrape of the same code is one failure.
+    for s in 0..3 {
+        h.sample("n0", "DCGM_FI_DEV_XID_ERRORS", 0.0, T0 + s * 1000, &[]);
+    }
+    for s in 3..6 {
+        h.sample("n0", "DCGM_FI_DEV_XID_ERRORS", 79.0, T0 + s * 1000, &[]);
+    }
+    // Counter with an xid label: the first value is a baseline.
+    h.sample("n1", "DCGM_EXP_XID_ERRORS_COUNT", 2.0, T0, &[("xid", "48")]);
+    h.sample(
+        "n1",
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        2.0,
+        T0 + 1000,
+        &[("xid", "48")],
+    );
+    h.sample(
+        "n1",
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        3.0,
+        T0 + 2000,
+        &[("xid", "48")],
+    );
+    // NVLink replay errors: below threshold, then above.
+    h.sample(
+        "n2",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        10.0,
+        T0,
+        &[],
+    );
+    h.sample(
+        "n2",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        50.0,
+        T0 + 1000,
+        &[],
+    );
+    h.sample(
+        "n2",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        400.0,
+        T0 + 2000,
+        &[],
+    );
+    let kinds: Vec<(Option<&str>, FailureKind)> = h
+        .failures
+        .iter()
+        .map(|f| (f.node.as_deref(), f.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (Some("n0"), FailureKind::GpuDriverError),
+            (Some("n1"), FailureKind::EccError),
+            (Some("n2"), FailureKind::NvlinkError),
+        ]
+    );
+    assert!(
+        h.failures
+            .iter()
+            .all(|f| f.method == DetectionMethod::MetricRule && f.gpu == Some(0))
+    );
+    assert!(h.rejected.is_empty());
+}
+
+#[test]
+fn impossible_values_and_times_are_rejected_and_processing_goes_on() {
+    let mut h = Harness::new();
+    h.sample("n0", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", f64::NAN, T0, &[]);
+    h.sample("n0", "some_unwatched_metric", f64::NAN, T0, &[]);
+    h.sample("n0", "DCGM_EXP_XID_ERRORS_COUNT", 1.0, T0, &[]);
+    h.log(
+        "n0",
+        None,
+        None,
+        1_000,
+        "RuntimeError: CUDA error: unspecified launch failure",
+    );
+    h.heartbeat("n0", None, T0);
+    h.heartbeat("n0", None, T0 + 40 * 365 * 86_400_000);
+    let mut bad = agent("n0", Some("j"), T0, AgentEventKind::IterationDone);
+    bad.iteration_time_ms = Some(f64::INFINITY);
+    h.feed("unicron.agent", Observation::Agent(bad));
+    assert_eq!(h.rejected.len(), 5, "{:#?}", h.rejected);
+    assert!(h.rejected[0].contains("not a finite number"));
+    assert!(h.rejected[1].contains("without an `xid` label"));
+    assert!(h.rejected[2].contains("outside 2000..2100"));
+    assert!(h.rejected[3].contains("ahead of the cluster's newest record"));
+    // A good record after all that is still classified.
+    h.log(
+        "n0",
+        None,
+        None,
+        T0 + 1000,
+        "RuntimeError: CUDA error: unspecified launch failure",
+    );
+    assert_eq!(h.failures.len(), 1);
+}
+
+#[test]
+fn repeated_sev3_faults_on_a_node_escalate_and_close_repeats_are_deduplicated() {
+    let mut h = Harness::new();
+    let down = "kernel: mlx5_core 0000:3b:00.0 ens1f0np0: Link down";
+    h.log("n0", None, None, T0, down);
+    h.log("n0", None, None, T0 + 10_000, down); // within the dedupe window
+    h.log("n0", None, None, T0 + 120_000, down); // a repeat within 5 minutes
+    let severities: Vec<Severity> = h.failures.iter().map(|f| f.severity).collect();
+    assert_eq!(severities, vec![Severity::Sev3, Severity::Sev2]);
+    assert_eq!(h.detector.stats().absorbed, 1);
+}
+
+#[test]
+fn the_same_inputs_give_identical_outputs() {
+    let run = || {
+        let mut h = Harness::new();
+        for s in 0..50 {
+            for i in 0..3 {
+                if i != 2 || s < 5 {
+                    h.heartbeat(&node(i), Some("j"), T0 + s * 1000);
+                }
+            }
+            h.log(
+                "n1",
+                Some("j"),
+                None,
+                T0 + s * 1000,
+                "kernel: bnxt_en eth2: NIC Link is Down",
+            );
+        }
+        h.failures
+    };
+    let (a, b) = (run(), run());
+    assert!(!a.is_empty());
+    assert_eq!(a, b);
+    let mut ids: Vec<&str> = a.iter().map(|f| f.id.as_str()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), a.len());
+}
