@@ -12,6 +12,7 @@ pub mod consumer;
 pub mod dlq;
 pub mod embedded;
 mod error;
+pub mod formats;
 pub mod metrics;
 pub mod producer;
 pub mod resume;

@@ -1,0 +1,222 @@
+//! Decoders for what observability pipelines already put on Kafka: the
+//! OpenTelemetry Collector's `kafka` exporter (OTLP protobuf and JSON),
+//! prometheus-kafka-adapter JSON, Vector's `json` codec and Fluent Bit's
+//! `json` format. Each turns one Kafka record into the detector's
+//! observations; nothing here classifies anything.
+
+mod fluent_bit;
+pub mod labels;
+mod otlp;
+mod prometheus;
+pub mod time;
+mod vector;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use unicron_core::detector::Observation;
+use unicron_core::{LogRecord, MetricSample, TelemetryBatch};
+
+pub use labels::{Identity, LabelMap};
+
+/// The wire format of an external topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputFormat {
+    /// One `Export{Metrics,Logs}ServiceRequest` per record, protobuf.
+    OtlpProto,
+    /// The same request in OTLP/JSON.
+    OtlpJson,
+    /// prometheus-kafka-adapter's JSON: one sample per record.
+    PrometheusJson,
+    /// Vector's `json` codec: a metric event or a log event per record.
+    VectorJson,
+    /// Fluent Bit's Kafka output with `format json`: a log per record.
+    FluentBitJson,
+}
+
+impl InputFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            InputFormat::OtlpProto => "otlp_proto",
+            InputFormat::OtlpJson => "otlp_json",
+            InputFormat::PrometheusJson => "prometheus_json",
+            InputFormat::VectorJson => "vector_json",
+            InputFormat::FluentBitJson => "fluent_bit_json",
+        }
+    }
+}
+
+/// Whether an OTLP topic carries metrics or logs (the request types differ).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signal {
+    Metrics,
+    Logs,
+}
+
+/// One external topic the detector reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalInput {
+    /// Full topic name (no prefix is added: these are the site's topics).
+    pub topic: String,
+    pub format: InputFormat,
+    /// Needed for OTLP; ignored by formats that say what they carry.
+    #[serde(default)]
+    pub signal: Option<Signal>,
+    #[serde(default)]
+    pub labels: LabelMap,
+    /// Read the topic only if it exists (subscribed by pattern, so it is
+    /// picked up when it is created later).
+    #[serde(default)]
+    pub optional: bool,
+}
+
+impl ExternalInput {
+    /// The OpenTelemetry Collector's default topics, read when they exist.
+    pub fn collector_defaults() -> Vec<ExternalInput> {
+        [("otlp_metrics", Signal::Metrics), ("otlp_logs", Signal::Logs)]
+            .into_iter()
+            .map(|(topic, signal)| ExternalInput {
+                topic: topic.into(),
+                format: InputFormat::OtlpProto,
+                signal: Some(signal),
+                labels: LabelMap::default(),
+                optional: true,
+            })
+            .collect()
+    }
+
+    /// The field that makes this input unusable, as `field: reason`.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.topic.is_empty() {
+            return Err("topic: must not be empty".into());
+        }
+        if matches!(self.format, InputFormat::OtlpProto | InputFormat::OtlpJson) && self.signal.is_none() {
+            return Err(format!(
+                "signal: topic `{}` is {}; say `metrics` or `logs`",
+                self.topic,
+                self.format.name()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What one external record decodes to: observations, and problems with
+/// parts of it (the record is dead-lettered with them; the rest is used).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decoded {
+    pub observations: Vec<Observation>,
+    pub problems: Vec<String>,
+}
+
+impl Decoded {
+    fn failed(reason: String) -> Decoded {
+        Decoded {
+            observations: Vec::new(),
+            problems: vec![reason],
+        }
+    }
+}
+
+/// Decodes one record of an external topic.
+pub fn decode(input: &ExternalInput, payload: &[u8]) -> Decoded {
+    if payload.is_empty() {
+        return Decoded::failed("empty record".into());
+    }
+    let labels = &input.labels;
+    match (input.format, input.signal) {
+        (InputFormat::OtlpProto, Some(Signal::Metrics)) => otlp::metrics_proto(payload, labels),
+        (InputFormat::OtlpProto, Some(Signal::Logs)) => otlp::logs_proto(payload, labels),
+        (InputFormat::OtlpJson, Some(Signal::Metrics)) => otlp::metrics_json(payload, labels),
+        (InputFormat::OtlpJson, Some(Signal::Logs)) => otlp::logs_json(payload, labels),
+        (InputFormat::OtlpProto | InputFormat::OtlpJson, None) => {
+            Decoded::failed("OTLP input without a signal".into())
+        }
+        (InputFormat::PrometheusJson, _) => prometheus::decode(payload, labels),
+        (InputFormat::VectorJson, _) => vector::decode(payload, labels),
+        (InputFormat::FluentBitJson, _) => fluent_bit::decode(payload, labels),
+    }
+}
+
+/// Collects samples into one telemetry batch per (cluster, node), in order
+/// of first appearance.
+#[derive(Default)]
+struct Batches {
+    order: Vec<(String, String)>,
+    batches: BTreeMap<(String, String), Vec<MetricSample>>,
+}
+
+impl Batches {
+    fn push(&mut self, cluster: String, node: String, sample: MetricSample) {
+        let key = (cluster, node);
+        if !self.batches.contains_key(&key) {
+            self.order.push(key.clone());
+        }
+        self.batches.entry(key).or_default().push(sample);
+    }
+
+    fn into_observations(mut self, source: &str) -> Vec<Observation> {
+        self.order
+            .into_iter()
+            .map(|key| {
+                let samples = self.batches.remove(&key).unwrap_or_default();
+                Observation::Telemetry(TelemetryBatch {
+                    cluster: key.0,
+                    node: key.1,
+                    source: source.into(),
+                    samples,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A sample with identity resolved from its labels.
+fn sample(name: String, value: f64, time_ms: i64, id: &Identity, labels: BTreeMap<String, String>) -> MetricSample {
+    MetricSample {
+        name,
+        value,
+        time_ms,
+        gpu: id.gpu,
+        job: id.job.clone(),
+        rank: id.rank,
+        labels,
+    }
+}
+
+/// A log line with identity resolved from its attributes.
+fn log(id: &Identity, node: String, time_ms: i64, source: &str, line: String, attributes: BTreeMap<String, String>) -> Observation {
+    Observation::Log(LogRecord {
+        cluster: id.cluster.clone(),
+        node,
+        time_ms,
+        source: source.into(),
+        job: id.job.clone(),
+        rank: id.rank,
+        gpu: id.gpu,
+        line,
+        attributes,
+    })
+}
+
+/// Flattens a JSON object into dotted keys with string values.
+fn flatten(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten(&key, v, out);
+            }
+        }
+        serde_json::Value::String(s) => {
+            out.insert(prefix.to_string(), s.clone());
+        }
+        serde_json::Value::Null => {}
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
