@@ -54,12 +54,13 @@ impl DeadLetterSink {
 
     /// Publishes the dead letter for `record` and waits for delivery.
     pub async fn send(&self, record: &InboundRecord, error: &DecodeError) -> Result<(), BusError> {
-        let letter = dead_letter(
-            record,
-            &error.to_string(),
-            &self.service,
-            self.payload_bound,
-        );
+        self.send_reason(record, &error.to_string()).await
+    }
+
+    /// Publishes the dead letter for `record` with a free-form reason (a
+    /// record that decoded but makes no sense) and waits for delivery.
+    pub async fn send_reason(&self, record: &InboundRecord, error: &str) -> Result<(), BusError> {
+        let letter = dead_letter(record, error, &self.service, self.payload_bound);
         tracing::warn!(
             topic = %record.topic,
             partition = record.partition,

@@ -15,6 +15,7 @@ mod error;
 pub mod formats;
 pub mod metrics;
 pub mod producer;
+pub mod rebalance;
 pub mod resume;
 pub mod schemas;
 pub mod topology;

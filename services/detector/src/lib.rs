@@ -1,7 +1,15 @@
 //! unicron-detector: reads `unicron.telemetry`, `unicron.logs`,
-//! `unicron.agent` (and configured external formats), runs the detection
-//! logic of `unicron-core`, and publishes `unicron.failures`.
+//! `unicron.agent` and the external topics named in config, applies
+//! `unicron-core`'s detector, and publishes `unicron.failures`. Thin by
+//! design: classification and correlation are all in `unicron-core`.
 //!
-//! Thin by design (DESIGN §2): Kafka wiring only; classification,
-//! correlation and timers live in `unicron-core`. The service loop arrives
-//! with the detector issue.
+//! The detector keeps no durable state. Its in-memory state (heartbeats,
+//! iteration statistics, held symptoms) rebuilds from the stream after a
+//! restart or rebalance; failure ids are derived from input offsets, so a
+//! re-delivered record yields the same id and the planner drops the repeat.
+
+mod service;
+mod settings;
+
+pub use service::{DetectorError, run};
+pub use settings::DetectorSettings;

@@ -133,6 +133,12 @@ impl Detector {
         }
     }
 
+    /// Forgets everything learnt from the stream (after a rebalance, when
+    /// this instance may no longer read some nodes); rules and config stay.
+    pub fn reset(&mut self) {
+        self.clusters.clear();
+    }
+
     pub fn config(&self) -> &DetectorConfig {
         &self.config
     }

@@ -1,0 +1,217 @@
+//! The detector's consume → classify → publish loop.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use unicron_bus::consumer::InboundRecord;
+use unicron_bus::dlq::DeadLetterSink;
+use unicron_bus::formats::{self, ExternalInput};
+use unicron_bus::rebalance::RebalanceCounter;
+use unicron_bus::{AvroCodec, BusError, Consumer, DecodeError, KafkaConfig, Producer};
+use unicron_core::detector::{Detector, DetectorInput, DetectorOutput, Observation, Source};
+use unicron_core::{AgentEvent, FailureEvent, LogRecord, TelemetryBatch};
+
+use crate::settings::DetectorSettings;
+
+const SERVICE: &str = "detector";
+
+/// Errors that stop the detector. Bad records never do: they are dead-lettered.
+#[derive(Debug, thiserror::Error)]
+pub enum DetectorError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// How each subscribed topic is decoded.
+enum Decoder {
+    Telemetry(AvroCodec<TelemetryBatch>),
+    Logs(AvroCodec<LogRecord>),
+    Agent(AvroCodec<AgentEvent>),
+    External(ExternalInput),
+}
+
+impl Decoder {
+    /// Observations of one record, plus problems with parts of it.
+    fn decode(&self, payload: &[u8]) -> Result<formats::Decoded, DecodeError> {
+        let one = |observation| formats::Decoded {
+            observations: vec![observation],
+            problems: Vec::new(),
+        };
+        Ok(match self {
+            Decoder::Telemetry(c) => one(Observation::Telemetry(c.decode(payload)?)),
+            Decoder::Logs(c) => one(Observation::Log(c.decode(payload)?)),
+            Decoder::Agent(c) => one(Observation::Agent(c.decode(payload)?)),
+            Decoder::External(input) => formats::decode(input, payload),
+        })
+    }
+}
+
+/// Runs the detector until `shutdown` completes or an unrecoverable error.
+pub async fn run(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    settings: &DetectorSettings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DetectorError> {
+    settings.validate()?;
+    let rules = settings.rules()?;
+    describe_metrics();
+    let mut decoders: BTreeMap<String, Decoder> = BTreeMap::new();
+    decoders.insert(kafka.topic("telemetry"), Decoder::Telemetry(AvroCodec::default()));
+    decoders.insert(kafka.topic("logs"), Decoder::Logs(AvroCodec::default()));
+    decoders.insert(kafka.topic("agent"), Decoder::Agent(AvroCodec::default()));
+    let mut subscriptions: Vec<String> = decoders.keys().cloned().collect();
+    for input in &settings.inputs {
+        // Optional topics are subscribed by pattern: librdkafka joins them
+        // when they exist, and picks them up at a metadata refresh when
+        // they are created later.
+        subscriptions.push(if input.optional {
+            format!("^{}$", regex_escape(&input.topic))
+        } else {
+            input.topic.clone()
+        });
+        decoders.insert(input.topic.clone(), Decoder::External(input.clone()));
+    }
+    let failures_topic = kafka.topic("failures");
+    let failure_codec: AvroCodec<FailureEvent> = AvroCodec::default();
+    let producer = Producer::new(kafka, brokers)?;
+    let dlq = DeadLetterSink::new(
+        producer.clone(),
+        kafka.topic("dlq"),
+        SERVICE,
+        kafka.dlq_payload_bytes,
+    );
+    let context = RebalanceCounter::default();
+    let consumer = Consumer::with_context(kafka, brokers, &settings.group_id, context.clone())?;
+    let topics: Vec<&str> = subscriptions.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+    tracing::info!(group = %settings.group_id, topics = ?subscriptions, rules = rules.len(), "detector running");
+
+    let mut detector = Detector::new(settings.tuning.clone(), rules);
+    let mut generation = context.generation();
+    tokio::pin!(shutdown);
+    loop {
+        let record = tokio::select! {
+            record = consumer.recv() => record?,
+            () = &mut shutdown => break,
+        };
+        if context.generation() != generation {
+            // Partitions moved: state about nodes read elsewhere now is stale.
+            generation = context.generation();
+            detector.reset();
+        }
+        let decoded = match consumer.oversized(&record) {
+            Some(error) => Err(error),
+            None => match decoders.get(&record.topic) {
+                Some(decoder) => decoder.decode(&record.payload),
+                None => Err(DecodeError::Invalid {
+                    record: "record",
+                    reason: format!("no decoder for topic {}", record.topic),
+                }),
+            },
+        };
+        let decoded = match decoded {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                dlq.send(&record, &error).await?;
+                consumer.mark_done(&record)?;
+                continue;
+            }
+        };
+        let mut problems = decoded.problems;
+        let started = Instant::now();
+        let mut failures = Vec::new();
+        for (index, observation) in decoded.observations.into_iter().enumerate() {
+            let input = DetectorInput {
+                source: Source {
+                    topic: record.topic.clone(),
+                    partition: record.partition,
+                    offset: record.offset,
+                    index: index as u32,
+                },
+                observation,
+            };
+            for output in detector.apply(&input) {
+                match output {
+                    DetectorOutput::Failure(f) => failures.push(f),
+                    DetectorOutput::Rejected(reason) => problems.push(reason),
+                }
+            }
+        }
+        metrics::histogram!("unicron_detector_apply_seconds")
+            .record(started.elapsed().as_secs_f64());
+        for failure in &failures {
+            producer
+                .send(&failures_topic, &failure.cluster, failure, &failure_codec)
+                .await?;
+            record_failure(failure, &record);
+        }
+        if !problems.is_empty() {
+            let more = problems.len() - 1;
+            let reason = if more == 0 {
+                problems.remove(0)
+            } else {
+                format!("{} (and {more} more)", problems[0])
+            };
+            dlq.send_reason(&record, &reason).await?;
+        }
+        consumer.mark_done(&record)?;
+    }
+    consumer.commit_now()?;
+    tracing::info!("detector stopped");
+    Ok(())
+}
+
+fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
+    tracing::info!(
+        id = %failure.id,
+        kind = %failure.kind,
+        severity = %failure.severity,
+        node = ?failure.node,
+        job = ?failure.job,
+        "failure detected"
+    );
+    metrics::counter!(
+        "unicron_detector_failures_total",
+        "kind" => failure.kind.symbol(),
+        "severity" => failure.severity.symbol()
+    )
+    .increment(1);
+    // Wall-clock age of the triggering record: operational only, never an
+    // input to a decision.
+    if let (Some(produced), Ok(now)) = (
+        record.timestamp_ms,
+        SystemTime::now().duration_since(UNIX_EPOCH),
+    ) {
+        let age = (now.as_millis() as i64 - produced).max(0) as f64 / 1000.0;
+        metrics::histogram!("unicron_detector_detection_latency_seconds").record(age);
+    }
+}
+
+fn regex_escape(topic: &str) -> String {
+    topic
+        .chars()
+        .flat_map(|c| {
+            let escape = !(c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            escape.then_some('\\').into_iter().chain(std::iter::once(c))
+        })
+        .collect()
+}
+
+fn describe_metrics() {
+    metrics::describe_counter!(
+        "unicron_detector_failures_total",
+        "Failure events published, by kind and severity."
+    );
+    metrics::describe_histogram!(
+        "unicron_detector_apply_seconds",
+        "Time to classify and correlate one input record, seconds."
+    );
+    metrics::describe_histogram!(
+        "unicron_detector_detection_latency_seconds",
+        "Wall-clock time from the triggering record's Kafka timestamp to its failure event, seconds."
+    );
+}

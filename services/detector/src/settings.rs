@@ -1,0 +1,62 @@
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use unicron_bus::formats::ExternalInput;
+use unicron_core::detector::{DetectorConfig, LogRules};
+
+use crate::service::DetectorError;
+
+/// The `[detector]` section of the configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectorSettings {
+    /// Consumer group shared by detector instances.
+    pub group_id: String,
+    /// A TOML rules file layered over the built-in rules (same format as
+    /// `services/core/rules/log_rules.toml`).
+    pub rules_file: Option<PathBuf>,
+    /// External topics and their formats. The default reads the
+    /// OpenTelemetry Collector's `otlp_metrics` and `otlp_logs` when they exist.
+    pub inputs: Vec<ExternalInput>,
+    /// Deadlines, windows and metric thresholds.
+    pub tuning: DetectorConfig,
+}
+
+impl Default for DetectorSettings {
+    fn default() -> Self {
+        DetectorSettings {
+            group_id: "unicron-detector".into(),
+            rules_file: None,
+            inputs: ExternalInput::collector_defaults(),
+            tuning: DetectorConfig::default(),
+        }
+    }
+}
+
+impl DetectorSettings {
+    /// The compiled rules: built-ins plus `rules_file`.
+    pub fn rules(&self) -> Result<LogRules, DetectorError> {
+        let Some(path) = &self.rules_file else {
+            return Ok(LogRules::builtin());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            DetectorError::Config(format!("detector.rules_file: {}: {e}", path.display()))
+        })?;
+        LogRules::with_user(&text).map_err(|e| {
+            DetectorError::Config(format!("detector.rules_file: {}: {e}", path.display()))
+        })
+    }
+
+    /// The first setting that makes no sense, naming its field.
+    pub fn validate(&self) -> Result<(), DetectorError> {
+        self.tuning
+            .validate()
+            .map_err(|e| DetectorError::Config(format!("detector.tuning.{e}")))?;
+        for (i, input) in self.inputs.iter().enumerate() {
+            input
+                .validate()
+                .map_err(|e| DetectorError::Config(format!("detector.inputs[{i}].{e}")))?;
+        }
+        Ok(())
+    }
+}
