@@ -60,7 +60,10 @@ pub async fn run(
     let rules = settings.rules()?;
     describe_metrics();
     let mut decoders: BTreeMap<String, Decoder> = BTreeMap::new();
-    decoders.insert(kafka.topic("telemetry"), Decoder::Telemetry(AvroCodec::default()));
+    decoders.insert(
+        kafka.topic("telemetry"),
+        Decoder::Telemetry(AvroCodec::default()),
+    );
     decoders.insert(kafka.topic("logs"), Decoder::Logs(AvroCodec::default()));
     decoders.insert(kafka.topic("agent"), Decoder::Agent(AvroCodec::default()));
     let mut subscriptions: Vec<String> = decoders.keys().cloned().collect();

@@ -29,6 +29,14 @@ pub enum Command {
     Up(UpArgs),
     /// Run the planner service against `kafka.brokers` (needs planner.signing_key_file).
     Planner,
+    /// Run the detector service against `kafka.brokers`.
+    Detector,
+    /// Classify log lines from stdin with the detector's rules: one JSON object per line.
+    Classify {
+        /// Rules layered over the built-ins; defaults to `detector.rules_file`.
+        #[arg(long, value_name = "FILE")]
+        rules: Option<PathBuf>,
+    },
     /// Solve one allocation problem (JSON in, JSON out), for what-if questions.
     Plan {
         /// The problem: {"gpus", "unit", "d_running_s", "jobs": [...]}; see docs/planner.md.
@@ -93,6 +101,8 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Up(args) => crate::up::run(&config, args).await,
         Command::Plan { input } => crate::plan::run(&input),
         Command::Planner => crate::services::planner(&config).await,
+        Command::Detector => crate::services::detector(&config).await,
+        Command::Classify { rules } => crate::classify::run(&config, rules),
     }
 }
 

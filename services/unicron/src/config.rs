@@ -12,10 +12,17 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use unicron_bus::KafkaConfig;
+use unicron_detector::DetectorSettings;
 use unicron_planner::PlannerSettings;
 
 /// Sections whose keys the environment may override.
-const ENV_SECTIONS: [&str; 4] = ["kafka__", "metrics__", "embedded__", "planner__"];
+const ENV_SECTIONS: [&str; 5] = [
+    "kafka__",
+    "metrics__",
+    "embedded__",
+    "planner__",
+    "detector__",
+];
 
 /// The whole configuration of the `unicron` binary.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -25,6 +32,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub embedded: EmbeddedConfig,
     pub planner: PlannerSettings,
+    pub detector: DetectorSettings,
 }
 
 /// `[metrics]`: where the Prometheus endpoint listens.
@@ -107,6 +115,9 @@ impl Config {
         if !(1..=16).contains(&self.embedded.brokers) {
             return bad("embedded.brokers", "must be between 1 and 16");
         }
+        self.detector
+            .validate()
+            .map_err(|e| ConfigError(e.to_string()))?;
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! `unicron`: every service and operator command behind one CLI.
 
+mod classify;
 mod cli;
 mod config;
 mod plan;

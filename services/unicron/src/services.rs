@@ -1,5 +1,5 @@
 //! Running the services of the other crates from the binary: `unicron
-//! planner` for deployments, and the helpers `unicron up` uses.
+//! planner` and `unicron detector` for deployments, and the helpers `unicron up` uses.
 
 use anyhow::{Context, bail};
 use unicron_core::signing::CommandSigner;
@@ -23,6 +23,25 @@ pub async fn planner(config: &Config) -> anyhow::Result<()> {
     })
     .await
     .context("planner")
+}
+
+/// `unicron detector`: the detector against an existing Kafka, until Ctrl-C.
+pub async fn detector(config: &Config) -> anyhow::Result<()> {
+    let Some(brokers) = config.kafka.brokers.clone() else {
+        bail!(
+            "kafka.brokers: required for `unicron detector` (use `unicron up` for the embedded broker)"
+        );
+    };
+    println!(
+        "detector: group {} on {brokers}, {} external input(s)",
+        config.detector.group_id,
+        config.detector.inputs.len()
+    );
+    unicron_detector::run(&config.kafka, &brokers, &config.detector, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .context("detector")
 }
 
 /// The configured signer, or a fresh development key when none is

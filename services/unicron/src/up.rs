@@ -1,7 +1,7 @@
 //! `unicron up`: everything on one machine. It hosts the embedded broker
-//! (or connects to `--brokers`), creates the topics, runs the planner and
-//! serves metrics; the detector, executor and simulator join it with their
-//! issues.
+//! (or connects to `--brokers`), creates the topics, runs the detector and
+//! the planner and serves metrics; the executor and simulator join it with
+//! their issues.
 
 use std::io::Write;
 
@@ -80,6 +80,27 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         }
     );
 
+    let kafka = config.kafka.clone();
+    let detector_brokers = bootstrap.clone();
+    let detector_settings = config.detector.clone();
+    let (stop_detector, detector_stopped) = tokio::sync::oneshot::channel::<()>();
+    let detector = tokio::spawn(async move {
+        unicron_detector::run(&kafka, &detector_brokers, &detector_settings, async {
+            let _ = detector_stopped.await;
+        })
+        .await
+    });
+    println!(
+        "detector: {} rules{}",
+        config.detector.rules()?.len(),
+        config
+            .detector
+            .inputs
+            .iter()
+            .map(|i| format!(", {} ({})", i.topic, i.format.name()))
+            .collect::<String>()
+    );
+
     let _metrics = if config.metrics.enabled {
         let server = unicron_bus::metrics::serve(config.metrics.listen).await?;
         println!("metrics: http://{}/metrics", server.addr);
@@ -99,15 +120,24 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         }
     };
     tokio::pin!(planner);
+    tokio::pin!(detector);
     tokio::select! {
         () = wait => {}
         result = &mut planner => {
             result.context("planner task")?.context("planner")?;
         }
+        result = &mut detector => {
+            result.context("detector task")?.context("detector")?;
+        }
     }
     let _ = stop_planner.send(());
+    let _ = stop_detector.send(());
+    let grace = std::time::Duration::from_secs(10);
     if !planner.is_finished() {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), planner).await;
+        let _ = tokio::time::timeout(grace, planner).await;
+    }
+    if !detector.is_finished() {
+        let _ = tokio::time::timeout(grace, detector).await;
     }
     println!("stopped");
     Ok(())

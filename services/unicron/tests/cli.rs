@@ -126,6 +126,11 @@ fn up_hosts_a_broker_other_processes_can_use() {
         planner.ends_with("(development key generated for this run)"),
         "{planner}"
     );
+    let detector = lines.next().unwrap().unwrap();
+    assert!(
+        detector.starts_with("detector: ") && detector.contains("otlp_logs (otlp_proto)"),
+        "{detector}"
+    );
     let metrics = lines.next().unwrap().unwrap();
     assert!(
         metrics.starts_with("metrics: http://127.0.0.1:"),
@@ -196,4 +201,43 @@ fn plan_rejects_bad_input_with_the_field_and_exit_2() {
     }
     let out = run(&["plan", "--input", "/nonexistent.json"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// `unicron classify` reads stdin and prints one JSON verdict per line; a
+/// bad rules file is a one-line error naming the rule, exit 2.
+#[test]
+fn classify_prints_one_verdict_per_line_and_rejects_bad_rules() {
+    use std::io::Write;
+    let mut child = unicron()
+        .arg("classify")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"iteration 10 | loss 2.3\nConnectionResetError: [Errno 104] Connection reset by peer\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "{\"kind\":\"none\",\"severity\":null,\"rule\":null}\n{\"kind\":\"connection_reset\",\"severity\":\"SEV3\",\"rule\":\"socket.connection_reset\"}\n"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rule]]\nname = \"mine\"\nkind = \"cuda_error\"\nkeywords = [\"x\"]\npattern = '(x'\n",
+    )
+    .unwrap();
+    let out = run(&["classify", "--rules", rules.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("rule `mine`: field `pattern`"), "{err}");
 }

@@ -40,7 +40,14 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
         return Decoded::failed(format!("fluent_bit_json: {}", labels.missing_node()));
     };
     Decoded {
-        observations: vec![log(&id, node, time_ms, "fluent-bit", line.trim_end().to_string(), fields)],
+        observations: vec![log(
+            &id,
+            node,
+            time_ms,
+            "fluent-bit",
+            line.trim_end().to_string(),
+            fields,
+        )],
         problems: Vec::new(),
     }
 }

@@ -76,16 +76,19 @@ pub struct ExternalInput {
 impl ExternalInput {
     /// The OpenTelemetry Collector's default topics, read when they exist.
     pub fn collector_defaults() -> Vec<ExternalInput> {
-        [("otlp_metrics", Signal::Metrics), ("otlp_logs", Signal::Logs)]
-            .into_iter()
-            .map(|(topic, signal)| ExternalInput {
-                topic: topic.into(),
-                format: InputFormat::OtlpProto,
-                signal: Some(signal),
-                labels: LabelMap::default(),
-                optional: true,
-            })
-            .collect()
+        [
+            ("otlp_metrics", Signal::Metrics),
+            ("otlp_logs", Signal::Logs),
+        ]
+        .into_iter()
+        .map(|(topic, signal)| ExternalInput {
+            topic: topic.into(),
+            format: InputFormat::OtlpProto,
+            signal: Some(signal),
+            labels: LabelMap::default(),
+            optional: true,
+        })
+        .collect()
     }
 
     /// The field that makes this input unusable, as `field: reason`.
@@ -93,7 +96,9 @@ impl ExternalInput {
         if self.topic.is_empty() {
             return Err("topic: must not be empty".into());
         }
-        if matches!(self.format, InputFormat::OtlpProto | InputFormat::OtlpJson) && self.signal.is_none() {
+        if matches!(self.format, InputFormat::OtlpProto | InputFormat::OtlpJson)
+            && self.signal.is_none()
+        {
             return Err(format!(
                 "signal: topic `{}` is {}; say `metrics` or `logs`",
                 self.topic,
@@ -175,7 +180,13 @@ impl Batches {
 }
 
 /// A sample with identity resolved from its labels.
-fn sample(name: String, value: f64, time_ms: i64, id: &Identity, labels: BTreeMap<String, String>) -> MetricSample {
+fn sample(
+    name: String,
+    value: f64,
+    time_ms: i64,
+    id: &Identity,
+    labels: BTreeMap<String, String>,
+) -> MetricSample {
     MetricSample {
         name,
         value,
@@ -188,7 +199,14 @@ fn sample(name: String, value: f64, time_ms: i64, id: &Identity, labels: BTreeMa
 }
 
 /// A log line with identity resolved from its attributes.
-fn log(id: &Identity, node: String, time_ms: i64, source: &str, line: String, attributes: BTreeMap<String, String>) -> Observation {
+fn log(
+    id: &Identity,
+    node: String,
+    time_ms: i64,
+    source: &str,
+    line: String,
+    attributes: BTreeMap<String, String>,
+) -> Observation {
     Observation::Log(LogRecord {
         cluster: id.cluster.clone(),
         node,
@@ -207,7 +225,11 @@ fn flatten(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, S
     match value {
         serde_json::Value::Object(map) => {
             for (k, v) in map {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 flatten(&key, v, out);
             }
         }

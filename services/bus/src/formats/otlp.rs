@@ -72,7 +72,8 @@ fn metrics(request: ExportMetricsServiceRequest, labels: &LabelMap) -> Decoded {
                         Some(number_data_point::Value::AsDouble(v)) => v,
                         Some(number_data_point::Value::AsInt(v)) => v as f64,
                         None => {
-                            problems.push(format!("metric `{}`: data point without a value", m.name));
+                            problems
+                                .push(format!("metric `{}`: data point without a value", m.name));
                             continue;
                         }
                     };
@@ -80,7 +81,13 @@ fn metrics(request: ExportMetricsServiceRequest, labels: &LabelMap) -> Decoded {
                     batches.push(
                         cluster,
                         node,
-                        sample(m.name.clone(), value, nanos_ms(point.time_unix_nano), &id, merged),
+                        sample(
+                            m.name.clone(),
+                            value,
+                            nanos_ms(point.time_unix_nano),
+                            &id,
+                            merged,
+                        ),
                     );
                 }
             }
@@ -107,7 +114,9 @@ fn logs(request: ExportLogsServiceRequest, labels: &LabelMap) -> Decoded {
                 merged.extend(attributes(&record.attributes));
                 let id = labels.identify(&merged);
                 let Some(node) = id.node.clone() else {
-                    decoded.problems.push(format!("log record: {}", labels.missing_node()));
+                    decoded
+                        .problems
+                        .push(format!("log record: {}", labels.missing_node()));
                     continue;
                 };
                 let nanos = if record.time_unix_nano != 0 {
@@ -146,7 +155,13 @@ fn text(value: &AnyValue) -> String {
             let parts: Vec<String> = kv
                 .values
                 .iter()
-                .map(|p| format!("{}={}", p.key, p.value.as_ref().map(text).unwrap_or_default()))
+                .map(|p| {
+                    format!(
+                        "{}={}",
+                        p.key,
+                        p.value.as_ref().map(text).unwrap_or_default()
+                    )
+                })
                 .collect();
             format!("{{{}}}", parts.join(", "))
         }

@@ -19,7 +19,12 @@ pub fn rfc3339_ms(text: &str) -> Result<i64, String> {
         return Err(bad());
     }
     let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60 {
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
         return Err(bad());
     }
     let mut i = 19;
@@ -80,10 +85,22 @@ mod tests {
     fn parses_utc_offsets_and_fractions() {
         assert_eq!(rfc3339_ms("1970-01-01T00:00:00Z"), Ok(0));
         assert_eq!(rfc3339_ms("2026-03-01T10:22:01.5Z"), Ok(1_772_360_521_500));
-        assert_eq!(rfc3339_ms("2026-03-01T11:22:01.500+01:00"), Ok(1_772_360_521_500));
-        assert_eq!(rfc3339_ms("2026-03-01T10:22:01.123456789Z"), Ok(1_772_360_521_123));
+        assert_eq!(
+            rfc3339_ms("2026-03-01T11:22:01.500+01:00"),
+            Ok(1_772_360_521_500)
+        );
+        assert_eq!(
+            rfc3339_ms("2026-03-01T10:22:01.123456789Z"),
+            Ok(1_772_360_521_123)
+        );
         assert_eq!(rfc3339_ms("2000-02-29T00:00:00Z"), Ok(951_782_400_000));
-        for bad in ["", "yesterday", "2026-13-01T00:00:00Z", "2026-03-01T10:22:01", "2026-03-01T10:22:01.Z"] {
+        for bad in [
+            "",
+            "yesterday",
+            "2026-13-01T00:00:00Z",
+            "2026-03-01T10:22:01",
+            "2026-03-01T10:22:01.Z",
+        ] {
             assert!(rfc3339_ms(bad).is_err(), "{bad}");
         }
         assert_eq!(epoch_seconds_ms(1_700_000_000.25), Ok(1_700_000_000_250));

@@ -31,7 +31,9 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
         .find_map(|k| object.get(*k).and_then(|v| v.get("value")));
     if let (Some(name), Some(value)) = (object.get("name").and_then(Value::as_str), value) {
         let Some(value) = value.as_f64() else {
-            return Decoded::failed(format!("vector_json: metric `{name}`: value is not a number"));
+            return Decoded::failed(format!(
+                "vector_json: metric `{name}`: value is not a number"
+            ));
         };
         let mut tags = BTreeMap::new();
         if let Some(t) = object.get("tags") {
@@ -42,16 +44,34 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
             return Decoded::failed(format!("vector_json: {}", labels.missing_node()));
         };
         let mut batches = Batches::default();
-        batches.push(id.cluster.clone(), node, sample(name.to_string(), value, time_ms, &id, tags));
+        batches.push(
+            id.cluster.clone(),
+            node,
+            sample(name.to_string(), value, time_ms, &id, tags),
+        );
         return Decoded {
             observations: batches.into_observations(SOURCE),
             problems: Vec::new(),
         };
     }
-    if object.contains_key("name") && ["distribution", "histogram", "summary", "set", "aggregated_histogram", "aggregated_summary"].iter().any(|k| object.contains_key(*k)) {
+    if object.contains_key("name")
+        && [
+            "distribution",
+            "histogram",
+            "summary",
+            "set",
+            "aggregated_histogram",
+            "aggregated_summary",
+        ]
+        .iter()
+        .any(|k| object.contains_key(*k))
+    {
         return Decoded::default(); // metric types without a failure signal
     }
-    let Some(line) = ["message", "log"].iter().find_map(|k| object.get(*k).and_then(Value::as_str)) else {
+    let Some(line) = ["message", "log"]
+        .iter()
+        .find_map(|k| object.get(*k).and_then(Value::as_str))
+    else {
         return Decoded::failed("vector_json: log event without `message`".into());
     };
     let mut fields = BTreeMap::new();

@@ -185,7 +185,8 @@ impl LogRules {
             let err = |field: &'static str, reason: String| RulesError::Rule {
                 rule: spec.name.clone(),
                 field,
-                reason,
+                // regex errors draw a caret diagram over several lines
+                reason: reason.split_whitespace().collect::<Vec<_>>().join(" "),
             };
             if !names.insert(spec.name.clone()) {
                 return Err(err("name", "duplicate rule name".into()));
