@@ -2,7 +2,9 @@
 //! only after a record is handled, and bad records routed to the DLQ.
 
 use rdkafka::consumer::{Consumer as _, ConsumerContext, DefaultConsumerContext, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, Timestamp};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::codec::DecodeError;
@@ -103,7 +105,20 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
 
     /// The next record, whatever its content.
     pub async fn recv(&self) -> Result<InboundRecord, BusError> {
-        let message = self.inner.recv().await?;
+        let message = loop {
+            match self.inner.recv().await {
+                Ok(message) => break message,
+                // A subscribed topic that does not exist (yet): librdkafka
+                // reports it and goes on; so do we.
+                Err(KafkaError::MessageConsumption(
+                    code @ (RDKafkaErrorCode::UnknownTopicOrPartition
+                    | RDKafkaErrorCode::UnknownTopic),
+                )) => {
+                    tracing::warn!(error = %code, "subscribed topic not available");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         let record = InboundRecord {
             topic: message.topic().to_string(),
             partition: message.partition(),
@@ -150,11 +165,14 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         Ok(())
     }
 
-    /// Commits the stored offsets now and waits (for a clean shutdown).
+    /// Starts a commit of the stored offsets (for a clean shutdown). It does
+    /// not wait: a synchronous commit blocks forever when the broker is
+    /// already gone, and closing the consumer (on drop) commits what is
+    /// stored anyway, since auto-commit is on.
     pub fn commit_now(&self) -> Result<(), BusError> {
         match self
             .inner
-            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+            .commit_consumer_state(rdkafka::consumer::CommitMode::Async)
         {
             // Nothing stored since the last commit is not a failure.
             Err(rdkafka::error::KafkaError::ConsumerCommit(

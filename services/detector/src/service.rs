@@ -124,6 +124,13 @@ pub async fn run(
                 continue;
             }
         };
+        tracing::debug!(
+            topic = %record.topic,
+            offset = record.offset,
+            observations = decoded.observations.len(),
+            problems = ?decoded.problems,
+            "decoded"
+        );
         let mut problems = decoded.problems;
         let started = Instant::now();
         let mut failures = Vec::new();

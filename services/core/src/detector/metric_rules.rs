@@ -33,26 +33,37 @@ impl MetricState {
         node: &str,
         sample: &MetricSample,
     ) -> Result<Vec<(FailureKind, String)>, String> {
-        let name = sample.name.as_str();
-        let counter = config.counter_rules.iter().find(|r| r.metric == name);
-        let gauge = config.gauge_rules.iter().find(|r| r.metric == name);
-        let watched = name == XID_LAST || name == XID_COUNT || counter.is_some() || gauge.is_some();
+        // Case-insensitive: OpenTelemetry instrument names are (its SDKs
+        // lower-case them), Prometheus/DCGM names are upper-case.
+        let is = |a: &str| sample.name.eq_ignore_ascii_case(a);
+        let counter = config.counter_rules.iter().find(|r| is(&r.metric));
+        let gauge = config.gauge_rules.iter().find(|r| is(&r.metric));
+        let (xid_last, xid_count) = (is(XID_LAST), is(XID_COUNT));
+        let watched = xid_last || xid_count || counter.is_some() || gauge.is_some();
         if !watched {
             return Ok(Vec::new());
         }
         if !sample.value.is_finite() {
             return Err(format!("value {} is not a finite number", sample.value));
         }
-        let xid_label = if name == XID_COUNT {
+        let xid_label = if xid_count {
             Some(
                 sample
                     .labels
                     .get("xid")
                     .cloned()
-                    .ok_or_else(|| format!("{XID_COUNT} without an `xid` label"))?,
+                    .ok_or_else(|| format!("{} without an `xid` label", sample.name))?,
             )
         } else {
             None
+        };
+        // One series per canonical name, whatever case it arrived in.
+        let name = match (counter, gauge) {
+            _ if xid_last => XID_LAST,
+            _ if xid_count => XID_COUNT,
+            (Some(rule), _) => rule.metric.as_str(),
+            (None, Some(rule)) => rule.metric.as_str(),
+            (None, None) => unreachable!("watched"),
         };
         let key = (
             node.to_string(),
@@ -62,7 +73,7 @@ impl MetricState {
         );
         let previous = self.last.insert(key, sample.value);
         let mut found = Vec::new();
-        if name == XID_LAST {
+        if xid_last {
             // A new non-zero code is a new XID; a repeated scrape is not.
             if sample.value != 0.0 && previous != Some(sample.value) {
                 if let Some(kind) = xid_kind(rules, sample.value) {

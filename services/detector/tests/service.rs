@@ -1,0 +1,420 @@
+//! The detector service on the embedded broker: native Avro records and every
+//! external format in, `unicron.failures` and `unicron.dlq` out. External
+//! records are made by the real producers where one installs here: OTLP by
+//! the OpenTelemetry Python SDK's encoder, JSON lines by `kcat` (both
+//! installed by `.ci/run`).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::oneshot;
+use unicron_bus::formats::{ExternalInput, InputFormat, Signal};
+use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_core::*;
+use unicron_detector::DetectorSettings;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Harness {
+    broker: EmbeddedBroker,
+    kafka: KafkaConfig,
+    producer: Producer,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let broker = EmbeddedBroker::start(1).unwrap();
+        let kafka = KafkaConfig::default();
+        broker
+            .ensure_topics(&Topology::builtin(), &kafka.topic_prefix)
+            .unwrap();
+        let producer = Producer::new(&kafka, broker.bootstrap_servers()).unwrap();
+        Harness {
+            broker,
+            kafka,
+            producer,
+        }
+    }
+
+    fn brokers(&self) -> String {
+        self.broker.bootstrap_servers().to_string()
+    }
+
+    fn start(&self, settings: DetectorSettings) -> Running {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (kafka, brokers) = (self.kafka.clone(), self.brokers());
+        let task = tokio::spawn(async move {
+            unicron_detector::run(&kafka, &brokers, &settings, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        });
+        Running { stop, task }
+    }
+
+    fn reader(&self, topic: &str, group: &str) -> Consumer {
+        let consumer = Consumer::new(&self.kafka, &self.brokers(), group).unwrap();
+        consumer.subscribe(&[&self.kafka.topic(topic)]).unwrap();
+        consumer
+    }
+
+    async fn log(&self, node: &str, time_ms: i64, line: &str) {
+        let record = LogRecord {
+            cluster: "c1".into(),
+            node: node.into(),
+            time_ms,
+            source: "test".into(),
+            job: Some("gpt".into()),
+            rank: None,
+            gpu: None,
+            line: line.into(),
+            attributes: BTreeMap::new(),
+        };
+        self.producer
+            .send(
+                &self.kafka.topic("logs"),
+                node,
+                &record,
+                &AvroCodec::default(),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Produces JSON lines with kcat, one record per line.
+    fn kcat(&self, topic: &str, lines: &[String]) {
+        let mut child = Command::new("kcat")
+            .args(["-P", "-b", &self.brokers(), "-t", topic])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("kcat is needed (apt-get install kcat; .ci/run installs it)");
+        let mut stdin = child.stdin.take().unwrap();
+        for line in lines {
+            writeln!(stdin, "{line}").unwrap();
+        }
+        drop(stdin);
+        assert!(child.wait().unwrap().success(), "kcat failed");
+    }
+}
+
+/// An OTLP request encoded by the OpenTelemetry Python SDK.
+fn otlp_payload(signal: &str, encoding: &str, host: &str) -> Vec<u8> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/producers/otlp_payload.py"
+    );
+    let out = Command::new("python3")
+        .args([script, signal, encoding, host])
+        .output()
+        .expect("python3 is needed");
+    assert!(
+        out.status.success(),
+        "OTLP encoder failed (pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-common; .ci/run installs them): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A detector task; stop it before the broker goes, or closing its
+/// consumer waits for a broker that is not there.
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("detector stops")
+            .expect("detector task");
+    }
+}
+
+async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {
+    let codec = AvroCodec::<T>::default();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let record = tokio::time::timeout(WAIT, consumer.recv())
+            .await
+            .expect("timed out")
+            .unwrap();
+        out.push(codec.decode(&record.payload).unwrap());
+    }
+    out
+}
+
+async fn nothing_more(consumer: &Consumer) {
+    let extra = tokio::time::timeout(Duration::from_secs(3), consumer.recv()).await;
+    assert!(extra.is_err(), "unexpected extra record");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_logs_become_failures_and_bad_records_go_to_the_dlq() {
+    let h = Harness::new();
+    let detector = h.start(DetectorSettings::default());
+    let failures = h.reader("failures", "t-failures");
+    let dlq = h.reader("dlq", "t-dlq");
+    let t = now_ms();
+    h.log("n1", t, "NCCL INFO Channel 00/32 : 0 1 2 3").await;
+    h.log(
+        "n1",
+        t + 1,
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+    )
+    .await;
+    h.producer
+        .send_bytes(&h.kafka.topic("logs"), b"n1", b"\x00\x01 not avro")
+        .await
+        .unwrap();
+    // A sample the detector needs, with a value it cannot use.
+    let batch = TelemetryBatch {
+        cluster: "c1".into(),
+        node: "n2".into(),
+        source: "test".into(),
+        samples: vec![MetricSample {
+            name: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL".into(),
+            value: f64::NAN,
+            time_ms: t,
+            gpu: Some(1),
+            job: None,
+            rank: None,
+            labels: BTreeMap::new(),
+        }],
+    };
+    h.producer
+        .send(
+            &h.kafka.topic("telemetry"),
+            "n2",
+            &batch,
+            &AvroCodec::default(),
+        )
+        .await
+        .unwrap();
+    h.log(
+        "n1",
+        t + 2,
+        "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
+    )
+    .await;
+
+    let got: Vec<FailureEvent> = read(&failures, 2).await;
+    assert_eq!(got[0].kind, FailureKind::IllegalMemoryAccess);
+    assert_eq!(got[0].node.as_deref(), Some("n1"));
+    assert_eq!(got[0].job.as_deref(), Some("gpt"));
+    assert_eq!(got[0].evidence[0].topic, "unicron.logs");
+    assert_eq!(got[0].evidence[0].offset, got[1].evidence[0].offset - 2);
+    assert_eq!(
+        (got[1].kind, got[1].severity),
+        (FailureKind::GpuDriverError, Severity::Sev1)
+    );
+    nothing_more(&failures).await;
+
+    let mut letters: Vec<DeadLetter> = read(&dlq, 2).await;
+    letters.sort_by(|a, b| a.source_topic.cmp(&b.source_topic));
+    assert!(
+        letters[0].error.starts_with("avro LogRecord"),
+        "{}",
+        letters[0].error
+    );
+    assert_eq!(letters[0].service, "detector");
+    assert!(
+        letters[1].error.contains("not a finite number"),
+        "{}",
+        letters[1].error
+    );
+    assert_eq!(letters[1].source_topic, "unicron.telemetry");
+    detector.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_from_the_opentelemetry_sdk_is_detected_in_proto_and_json() {
+    let h = Harness::new();
+    // The Collector's default topics, consumed with no configuration.
+    h.broker.create_topic("otlp_metrics", 2).unwrap();
+    h.broker.create_topic("otlp_logs", 2).unwrap();
+    h.broker.create_topic("site.otlp.json.metrics", 1).unwrap();
+    h.broker.create_topic("site.otlp.json.logs", 1).unwrap();
+    let mut settings = DetectorSettings::default();
+    for (topic, signal) in [
+        ("site.otlp.json.metrics", Signal::Metrics),
+        ("site.otlp.json.logs", Signal::Logs),
+    ] {
+        settings.inputs.push(ExternalInput {
+            topic: topic.into(),
+            format: InputFormat::OtlpJson,
+            signal: Some(signal),
+            labels: Default::default(),
+            optional: false,
+        });
+    }
+    let detector = h.start(settings);
+    let failures = h.reader("failures", "t-failures");
+    for (topic, signal, encoding) in [
+        ("otlp_metrics", "metrics", "proto"),
+        ("otlp_logs", "logs", "proto"),
+        ("site.otlp.json.metrics", "metrics", "json"),
+        ("site.otlp.json.logs", "logs", "json"),
+    ] {
+        h.producer
+            .send_bytes(topic, b"", &otlp_payload(signal, encoding, topic))
+            .await
+            .unwrap();
+        let got: Vec<FailureEvent> = read(&failures, 1).await;
+        let f = &got[0];
+        assert_eq!(f.cluster, "c9", "{topic}");
+        assert_eq!(
+            f.node.as_deref(),
+            Some(topic),
+            "the host.name resource attribute"
+        );
+        if signal == "metrics" {
+            assert_eq!(
+                (f.kind, f.method, f.gpu),
+                (
+                    FailureKind::GpuDriverError,
+                    DetectionMethod::MetricRule,
+                    Some(3)
+                ),
+                "{topic}"
+            );
+            assert!(
+                f.evidence[0].excerpt.contains("UUID=\"GPU-8f3b\""),
+                "{}",
+                f.evidence[0].excerpt
+            );
+        } else {
+            assert_eq!(
+                (f.kind, f.method, f.gpu),
+                (FailureKind::EccError, DetectionMethod::LogRule, Some(5)),
+                "{topic}"
+            );
+        }
+        assert_eq!(f.evidence[0].topic, topic);
+        // Garbage on the same topic is dead-lettered, not fatal.
+        h.producer
+            .send_bytes(topic, b"", b"\x0a\xff\xff garbage")
+            .await
+            .unwrap();
+    }
+    nothing_more(&failures).await;
+    detector.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_formats_produced_by_kcat_are_detected_and_bad_ones_dead_lettered() {
+    let h = Harness::new();
+    for topic in ["prom", "vector", "fluentbit"] {
+        h.broker.create_topic(topic, 1).unwrap();
+    }
+    let mut settings = DetectorSettings::default();
+    for (topic, format) in [
+        ("prom", InputFormat::PrometheusJson),
+        ("vector", InputFormat::VectorJson),
+        ("fluentbit", InputFormat::FluentBitJson),
+    ] {
+        settings.inputs.push(ExternalInput {
+            topic: topic.into(),
+            format,
+            signal: None,
+            labels: Default::default(),
+            optional: false,
+        });
+    }
+    let detector = h.start(settings);
+    let failures = h.reader("failures", "t-failures");
+    let dlq = h.reader("dlq", "t-dlq");
+    let t = now_ms();
+    let rfc3339 = |ms: i64| {
+        let out = Command::new("date")
+            .args([
+                "-u",
+                "-d",
+                &format!("@{}", ms / 1000),
+                "+%Y-%m-%dT%H:%M:%SZ",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    h.kcat(
+        "prom",
+        &[
+            format!(r#"{{"timestamp":"{}","value":"NaN","name":"DCGM_FI_DEV_GPU_UTIL","labels":{{"__name__":"DCGM_FI_DEV_GPU_UTIL","Hostname":"n7","gpu":"0","job":"dcgm"}}}}"#, rfc3339(t)),
+            format!(r#"{{"timestamp":"{}","value":"74","name":"DCGM_FI_DEV_XID_ERRORS","labels":{{"__name__":"DCGM_FI_DEV_XID_ERRORS","Hostname":"n7","gpu":"2","UUID":"GPU-1","job":"dcgm"}}}}"#, rfc3339(t)),
+            format!(r#"{{"timestamp":"{}","value":"NaN","name":"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL","labels":{{"Hostname":"n7","gpu":"1"}}}}"#, rfc3339(t)),
+            r#"{"timestamp":"not a time","value":"1","name":"x","labels":{}}"#.to_string(),
+        ],
+    );
+    let got: Vec<FailureEvent> = read(&failures, 1).await;
+    assert_eq!(
+        (got[0].kind, got[0].node.as_deref(), got[0].gpu),
+        (FailureKind::NvlinkError, Some("n7"), Some(2))
+    );
+    assert_eq!(got[0].cluster, "default");
+
+    h.kcat(
+        "vector",
+        &[
+            format!(r#"{{"message":"RuntimeError: CUDA error: an illegal memory access was encountered","timestamp":"{}","host":"n8","source_type":"file"}}"#, rfc3339(t)),
+            format!(r#"{{"name":"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL","tags":{{"Hostname":"n8","gpu":"4"}},"timestamp":"{}","kind":"absolute","counter":{{"value":3.0}}}}"#, rfc3339(t)),
+            format!(r#"{{"name":"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL","tags":{{"Hostname":"n8","gpu":"4"}},"timestamp":"{}","kind":"absolute","counter":{{"value":4.0}}}}"#, rfc3339(t + 1000)),
+        ],
+    );
+    let got: Vec<FailureEvent> = read(&failures, 2).await;
+    assert_eq!(
+        (got[0].kind, got[0].node.as_deref()),
+        (FailureKind::IllegalMemoryAccess, Some("n8"))
+    );
+    assert_eq!(
+        (got[1].kind, got[1].node.as_deref(), got[1].gpu),
+        (FailureKind::EccError, Some("n8"), Some(4))
+    );
+
+    h.kcat(
+        "fluentbit",
+        &[
+            format!(r#"{{"@timestamp":{}.25,"log":"kernel: DMAR: [DMA Read NO_PASID] Request device [3b:00.0] fault addr 0xffb7e000 [fault reason 0x06] PTE Read access is not set\n","kubernetes":{{"host":"n9","pod_name":"trainer-0"}}}}"#, t / 1000),
+            r#"{"log":"no timestamp here"}"#.to_string(),
+        ],
+    );
+    let got: Vec<FailureEvent> = read(&failures, 1).await;
+    assert_eq!(
+        (got[0].kind, got[0].node.as_deref()),
+        (FailureKind::InvalidDmaMapping, Some("n9"))
+    );
+    assert_eq!(got[0].first_evidence_ms, (t / 1000) * 1000 + 250);
+    nothing_more(&failures).await;
+
+    let letters: Vec<DeadLetter> = read(&dlq, 3).await;
+    let mut reasons: Vec<(&str, i64, &str)> = letters
+        .iter()
+        .map(|l| (l.source_topic.as_str(), l.offset, l.error.as_str()))
+        .collect();
+    reasons.sort(); // the DLQ is keyed by source topic: no order across topics
+    assert!(
+        reasons[0].2.contains("no numeric `@timestamp`"),
+        "{reasons:?}"
+    );
+    assert!(reasons[1].2.contains("not a finite number"), "{reasons:?}");
+    assert!(
+        reasons[2].2.contains("not an RFC 3339 timestamp"),
+        "{reasons:?}"
+    );
+    detector.stop().await;
+}
