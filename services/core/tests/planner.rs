@@ -277,6 +277,37 @@ fn repeated_fault_within_the_window_escalates() {
 }
 
 #[test]
+fn a_redelivered_failure_id_acts_once() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let input = feed.failure("a", "n2", FailureKind::CudaError);
+    assert_eq!(commands(&p.apply(&input))[0].action, CommandAction::Restart);
+    // The detector re-publishes after a crash: same id, later offset.
+    let again = Input {
+        offset: input.offset + 100,
+        ..input.clone()
+    };
+    assert!(p.apply(&again).is_empty());
+}
+
+#[test]
+fn a_repeat_the_detector_already_escalated_is_not_escalated_again() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    p.apply(&feed.failure("a", "n2", FailureKind::LinkFlapping));
+    let mut second = feed.failure("a", "n2", FailureKind::LinkFlapping);
+    if let InputEvent::Failure(f) = &mut second.event {
+        f.severity = Severity::Sev2; // the detector's node escalation
+    }
+    let out = p.apply(&second);
+    assert_eq!(
+        commands(&out)[0].action,
+        CommandAction::Restart,
+        "SEV2, not SEV1"
+    );
+}
+
+#[test]
 fn no_command_when_nothing_changes() {
     let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
     two_jobs(&mut p, &mut feed, "a");

@@ -202,6 +202,27 @@ mod tests {
             .to_string();
         assert!(err.contains("embedded.brokers"), "{err}");
 
+        let err = load_text("[detector.tuning]\nhang_factor = 0.0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config: detector.tuning.hang_factor: must be a positive number, got 0"
+        );
+
+        let err = load_text("[[detector.inputs]]\ntopic = \"otel\"\nformat = \"otlp_json\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("config: detector.inputs[0].signal:"),
+            "{err}"
+        );
+
+        let err = load_text("[[detector.inputs]]\ntopic = \"x\"\nformat = \"syslog\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("format") && !err.contains('\n'), "{err}");
+
         let err = jailed(|| Config::load(Some(Path::new("/nonexistent/unicron.toml"))))
             .unwrap_err()
             .to_string();

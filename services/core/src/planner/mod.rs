@@ -126,6 +126,11 @@ impl Planner {
             .clusters
             .entry(cluster.clone())
             .or_insert_with(|| ClusterState::new(&cluster));
+        if let InputEvent::Failure(f) = &input.event
+            && state.applied_failures.contains(&f.id)
+        {
+            return Vec::new(); // a re-delivered failure: already acted on
+        }
         let before = state.clone();
         let digest = inputs_digest(state, input);
         state.watermark_ms = state.watermark_ms.max(input.event.time_ms());
@@ -142,6 +147,12 @@ impl Planner {
                 return vec![Output::Rejected(reason)];
             }
         };
+        if let InputEvent::Failure(f) = &input.event {
+            state.applied_failures.push_back(f.id.clone());
+            if state.applied_failures.len() > state::APPLIED_FAILURES {
+                state.applied_failures.pop_front();
+            }
+        }
         let decision_id = format!(
             "d:{cluster}:{}:{}:{}",
             input.topic, input.partition, input.offset

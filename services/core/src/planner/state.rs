@@ -106,7 +106,15 @@ pub struct ClusterState {
     pub observed: BTreeMap<String, Observed>,
     /// Highest event time seen: the cluster's watermark.
     pub watermark_ms: i64,
+    /// Ids of the newest failures applied (bounded): the detector delivers
+    /// at least once, with ids derived from its input offsets, so a repeat
+    /// of an id is the same failure and must not act twice.
+    #[serde(default)]
+    pub applied_failures: std::collections::VecDeque<String>,
 }
+
+/// How many failure ids a cluster remembers for deduplication.
+pub const APPLIED_FAILURES: usize = 1024;
 
 impl ClusterState {
     pub fn new(id: &str) -> ClusterState {
