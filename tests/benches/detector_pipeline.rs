@@ -16,7 +16,9 @@ use unicron_core::{FailureEvent, LogRecord, MetricSample, TelemetryBatch};
 use unicron_detector::DetectorSettings;
 
 const NODES: usize = 48;
-const BATCHES_PER_NODE: usize = 250;
+// 7,200 batches of ~3.4 KB: well under the embedded broker's 5 MB per
+// partition (DESIGN §5), so nothing is dropped before it is read.
+const BATCHES_PER_NODE: usize = 150;
 const SAMPLES: usize = 64;
 const LATENCY_ROUNDS: usize = 300;
 const T0: i64 = 1_780_000_000_000;
@@ -141,7 +143,12 @@ async fn run() {
     raw.assign(&assignment).unwrap();
     let mut seen = 0;
     let mut first = None;
+    let deadline = Instant::now() + Duration::from_secs(120);
     while seen < records {
+        assert!(
+            Instant::now() < deadline,
+            "raw consumer saw only {seen} of {records} records"
+        );
         if let Some(message) = raw.poll(Duration::from_millis(100)) {
             message.unwrap();
             first.get_or_insert_with(Instant::now);
@@ -189,7 +196,10 @@ async fn run() {
     let failure_codec = AvroCodec::<FailureEvent>::default();
     let mut first_failure = None;
     for _ in 0..=NODES {
-        let record = failures_reader.recv().await.unwrap();
+        let record = tokio::time::timeout(Duration::from_secs(120), failures_reader.recv())
+            .await
+            .expect("the detector published every failure")
+            .unwrap();
         failure_codec.decode(&record.payload).unwrap();
         first_failure.get_or_insert_with(|| started.elapsed().as_secs_f64());
     }

@@ -75,10 +75,11 @@ impl MetricState {
         let mut found = Vec::new();
         if xid_last {
             // A new non-zero code is a new XID; a repeated scrape is not.
-            if sample.value != 0.0 && previous != Some(sample.value) {
-                if let Some(kind) = xid_kind(rules, sample.value) {
-                    found.push((kind, format!("dcgm.xid.{}", sample.value as u32)));
-                }
+            if sample.value != 0.0
+                && previous != Some(sample.value)
+                && let Some(kind) = xid_kind(rules, sample.value)
+            {
+                found.push((kind, format!("dcgm.xid.{}", sample.value as u32)));
             }
         } else if let Some(xid) = xid_label {
             let code: f64 = xid
