@@ -18,6 +18,7 @@ pub mod producer;
 pub mod rebalance;
 pub mod resume;
 pub mod schemas;
+pub mod testing;
 pub mod topology;
 
 pub use codec::{AvroCodec, DecodeError, Framing};

@@ -158,21 +158,11 @@ impl Harness {
 }
 
 async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {
-    let codec = AvroCodec::<T>::default();
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let record = tokio::time::timeout(WAIT, consumer.recv())
-            .await
-            .expect("timed out")
-            .unwrap();
-        out.push(codec.decode(&record.payload).unwrap());
-    }
-    out
+    unicron_bus::testing::read_records(consumer, n, WAIT).await
 }
 
 async fn nothing_more(consumer: &Consumer) {
-    let extra = tokio::time::timeout(Duration::from_secs(3), consumer.recv()).await;
-    assert!(extra.is_err(), "unexpected extra record");
+    unicron_bus::testing::assert_quiet(consumer, Duration::from_secs(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

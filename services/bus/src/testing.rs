@@ -1,0 +1,29 @@
+//! Helpers for tests and benchmarks that run services on the embedded
+//! broker. They panic with a clear message instead of returning errors:
+//! a test that cannot read its records has failed.
+
+use std::time::Duration;
+
+use crate::codec::AvroCodec;
+use crate::consumer::Consumer;
+use crate::schemas::AvroRecord;
+
+/// Reads and decodes the next `n` records, each within `wait`.
+pub async fn read_records<T: AvroRecord>(consumer: &Consumer, n: usize, wait: Duration) -> Vec<T> {
+    let codec = AvroCodec::<T>::default();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let record = tokio::time::timeout(wait, consumer.recv())
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for record {} of {n}", i + 1))
+            .expect("consume");
+        out.push(codec.decode(&record.payload).expect("decode"));
+    }
+    out
+}
+
+/// Asserts that nothing more arrives within `quiet`.
+pub async fn assert_quiet(consumer: &Consumer, quiet: Duration) {
+    let extra = tokio::time::timeout(quiet, consumer.recv()).await;
+    assert!(extra.is_err(), "unexpected extra record");
+}
