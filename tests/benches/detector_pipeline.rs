@@ -117,8 +117,9 @@ async fn run() {
     let topic = kafka.topic("telemetry");
     for chunk in payloads.chunks(2000) {
         let mut sends = tokio::task::JoinSet::new();
-        for (key, payload) in chunk.iter().cloned() {
+        for (key, payload) in chunk {
             let (producer, topic) = (producer.clone(), topic.clone());
+            let (key, payload) = (key.clone(), payload.clone());
             sends.spawn(async move { producer.send_bytes(&topic, key.as_bytes(), &payload).await });
         }
         while let Some(sent) = sends.join_next().await {
