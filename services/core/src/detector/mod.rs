@@ -108,6 +108,9 @@ struct NodeView {
 struct ClusterView {
     newest_ms: Option<i64>,
     nodes: BTreeMap<String, NodeView>,
+    /// (heartbeat deadline, node) of every watched node, soonest first: the
+    /// timers fire by popping the front, not by scanning every node.
+    deadlines: BTreeSet<(i64, String)>,
     jobs: BTreeMap<String, JobProgress>,
     job_nodes: BTreeMap<String, BTreeSet<String>>,
     correlator: Correlator,
@@ -286,9 +289,9 @@ impl Detector {
             Offer::Emit(mut c) => {
                 c.evidence.truncate(self.config.max_evidence);
                 if c.kind == FailureKind::LostConnection
-                    && let Some(node) = c.node.as_ref().and_then(|n| view.nodes.get_mut(n))
+                    && let Some(node) = &c.node
                 {
-                    node.lost_at_ms = Some(c.time_ms.max(node.lost_at_ms.unwrap_or(i64::MIN)));
+                    view.mark_lost(node, c.time_ms, ms(self.config.heartbeat_deadline_s));
                 }
                 let severity = view.correlator.emitted(&c, &self.config);
                 emitted.push((c, severity));
@@ -300,32 +303,34 @@ impl Detector {
 
     /// Fires every timer the cluster's watermark has passed.
     fn fire_timers(&mut self, cluster: &str, emitted: &mut Vec<(Candidate, Severity)>) {
-        let config = self.config.clone();
-        let view = self.clusters.get_mut(cluster).expect("created by apply");
+        let (config, clusters) = (&self.config, &mut self.clusters);
+        let view = clusters.get_mut(cluster).expect("created by apply");
         let Some(newest) = view.newest_ms else { return };
         let watermark = newest - ms(config.allowed_lateness_s);
-        let deadline = ms(config.heartbeat_deadline_s);
         let mut due = Vec::new();
-        // Heartbeat loss.
-        for (name, node) in &mut view.nodes {
-            let (Some(last), None) = (node.last_heartbeat_ms, node.lost_at_ms) else {
+        // Heartbeat loss: pop the deadlines the watermark has passed.
+        while view
+            .deadlines
+            .first()
+            .is_some_and(|(at, _)| *at < watermark)
+        {
+            let (at, name) = view.deadlines.pop_first().expect("checked");
+            let Some(node) = view.nodes.get_mut(&name) else {
                 continue;
             };
-            if last + deadline < watermark {
-                node.lost_at_ms = Some(last + deadline);
-                due.push(Candidate {
-                    kind: FailureKind::LostConnection,
-                    severity: Severity::Sev1,
-                    method: DetectionMethod::Heartbeat,
-                    rule: Some("heartbeat.deadline".into()),
-                    node: Some(name.clone()),
-                    gpu: None,
-                    job: node.job.clone(),
-                    rank: None,
-                    time_ms: last,
-                    evidence: node.heartbeat_evidence.iter().cloned().collect(),
-                });
-            }
+            node.lost_at_ms = Some(at);
+            due.push(Candidate {
+                kind: FailureKind::LostConnection,
+                severity: Severity::Sev1,
+                method: DetectionMethod::Heartbeat,
+                rule: Some("heartbeat.deadline".into()),
+                node: Some(name),
+                gpu: None,
+                job: node.job.clone(),
+                rank: None,
+                time_ms: node.last_heartbeat_ms.unwrap_or(at),
+                evidence: node.heartbeat_evidence.iter().cloned().collect(),
+            });
         }
         // No progress for hang_factor × the mean iteration time.
         for (job, progress) in &mut view.jobs {
@@ -358,8 +363,9 @@ impl Detector {
             let c = self.resolve_group(cluster, group, newest);
             self.offer_resolved(cluster, c, emitted);
         }
-        let view = self.clusters.get_mut(cluster).expect("created by apply");
-        view.correlator.prune(watermark, &config);
+        let (config, clusters) = (&self.config, &mut self.clusters);
+        let view = clusters.get_mut(cluster).expect("created by apply");
+        view.correlator.prune(watermark, config);
     }
 
     /// Emits a resolved group without holding it again.
@@ -372,9 +378,9 @@ impl Detector {
         let view = self.clusters.get_mut(cluster).expect("created by apply");
         c.evidence.truncate(self.config.max_evidence);
         if c.kind == FailureKind::LostConnection
-            && let Some(node) = c.node.as_ref().and_then(|n| view.nodes.get_mut(n))
+            && let Some(node) = &c.node
         {
-            node.lost_at_ms = Some(c.time_ms);
+            view.mark_lost(node, c.time_ms, ms(self.config.heartbeat_deadline_s));
         }
         let severity = view.correlator.emitted(&c, &self.config);
         emitted.push((c, severity));
@@ -450,6 +456,19 @@ impl Detector {
                 .min()
                 .unwrap_or(first.time_ms),
             evidence,
+        }
+    }
+}
+
+impl ClusterView {
+    /// Marks `node` reported lost at `at`: its heartbeat timer stops.
+    fn mark_lost(&mut self, node: &str, at: i64, deadline_ms: i64) {
+        if let Some(view) = self.nodes.get_mut(node) {
+            if let (Some(last), None) = (view.last_heartbeat_ms, view.lost_at_ms) {
+                self.deadlines
+                    .remove(&(last + deadline_ms, node.to_string()));
+            }
+            view.lost_at_ms = Some(view.lost_at_ms.map_or(at, |t| t.max(at)));
         }
     }
 }
@@ -538,6 +557,11 @@ fn on_agent(
     match event.kind {
         AgentEventKind::Heartbeat => {
             if node.last_heartbeat_ms.is_none_or(|t| event.time_ms > t) {
+                let deadline = ms(config.heartbeat_deadline_s);
+                if let (Some(last), None) = (node.last_heartbeat_ms, node.lost_at_ms) {
+                    view.deadlines
+                        .remove(&(last + deadline, event.node.clone()));
+                }
                 node.last_heartbeat_ms = Some(event.time_ms);
                 node.heartbeat_evidence = Some(evidence(
                     source,
@@ -548,6 +572,10 @@ fn on_agent(
                 // A node heard from after it was reported lost is back.
                 if node.lost_at_ms.is_some_and(|lost| event.time_ms > lost) {
                     node.lost_at_ms = None;
+                }
+                if node.lost_at_ms.is_none() {
+                    view.deadlines
+                        .insert((event.time_ms + deadline, event.node.clone()));
                 }
             }
             Vec::new()
