@@ -157,6 +157,16 @@ impl Harness {
     }
 }
 
+/// Stops a planner and waits for it, before the broker goes: closing a
+/// consumer whose broker is already gone does not return.
+async fn stop_planner(stop: oneshot::Sender<()>, task: tokio::task::JoinHandle<()>) {
+    let _ = stop.send(());
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("planner stops")
+        .expect("planner task");
+}
+
 async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {
     unicron_bus::testing::read_records(consumer, n, WAIT).await
 }
@@ -170,7 +180,7 @@ async fn failures_become_decisions_and_signed_commands() {
     let mut h = Harness::new();
     let dir = tempfile::tempdir().unwrap();
     h.setup_cluster("c1").await;
-    let (_stop, _task) = h.start(dir.path());
+    let (stop, task) = h.start(dir.path());
     let commands = h.reader("commands", "t-commands");
     let decisions = h.reader("decisions", "t-decisions");
 
@@ -192,6 +202,7 @@ async fn failures_become_decisions_and_signed_commands() {
         all[..4].iter().all(|d| d.command_ids.is_empty()),
         "node joins alone change nothing"
     );
+    stop_planner(stop, task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,7 +225,7 @@ async fn garbage_input_is_dead_lettered_and_processing_goes_on() {
     })
     .await;
     h.setup_cluster("c1").await;
-    let (_stop, _task) = h.start(dir.path());
+    let (stop, task) = h.start(dir.path());
     let dlq = h.reader("dlq", "t-dlq");
     let letters: Vec<DeadLetter> = read(&dlq, 2).await;
     let mut reasons: Vec<String> = letters.iter().map(|l| l.error.clone()).collect();
@@ -227,6 +238,7 @@ async fn garbage_input_is_dead_lettered_and_processing_goes_on() {
     let commands = h.reader("commands", "t-commands");
     let placed: Vec<Command> = read(&commands, 1).await;
     assert_eq!(placed[0].action, CommandAction::Resume);
+    stop_planner(stop, task).await;
 }
 
 /// Stop the planner and start it again on the same store: every input is
@@ -267,7 +279,7 @@ async fn restarts_decide_once_and_empty_stores_rebuild() {
     // A new instance, no local state: it re-reads every input, re-derives
     // the 7 decisions (same ids: consumers drop them), then decides anew.
     let fresh = tempfile::tempdir().unwrap();
-    let (_stop, _task) = h.start(fresh.path());
+    let (stop, task) = h.start(fresh.path());
     let rebuilt: Vec<Decision> = read(&decisions, 7).await;
     assert!(rebuilt.iter().all(|d| ids.contains_key(&d.id)));
     let failure = h.failure("c1", "n4", FailureKind::NcclTimeout).await;
@@ -277,4 +289,5 @@ async fn restarts_decide_once_and_empty_stores_rebuild() {
     // The rebuilt state has the job and its nodes (which ones can differ:
     // a rebuild interleaves the three input topics in fetch order).
     assert!(third[0].assignment["gpt"].contains(&"n4".to_string()));
+    stop_planner(stop, task).await;
 }
