@@ -27,3 +27,18 @@ pub async fn assert_quiet(consumer: &Consumer, quiet: Duration) {
     let extra = tokio::time::timeout(quiet, consumer.recv()).await;
     assert!(extra.is_err(), "unexpected extra record");
 }
+
+/// Stops a service task started with a shutdown channel and waits for it,
+/// so it finishes before the broker of the test goes away (closing a
+/// consumer whose broker is gone does not return).
+pub async fn stop_service(
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    wait: Duration,
+) {
+    let _ = stop.send(());
+    tokio::time::timeout(wait, task)
+        .await
+        .expect("the service stops")
+        .expect("the service task");
+}

@@ -138,11 +138,7 @@ struct Running {
 
 impl Running {
     async fn stop(self) {
-        let _ = self.stop.send(());
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .expect("detector stops")
-            .expect("detector task");
+        unicron_bus::testing::stop_service(self.stop, self.task, WAIT).await;
     }
 }
 

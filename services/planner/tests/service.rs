@@ -157,14 +157,9 @@ impl Harness {
     }
 }
 
-/// Stops a planner and waits for it, before the broker goes: closing a
-/// consumer whose broker is already gone does not return.
+/// Stops a planner and waits for it, before the broker goes.
 async fn stop_planner(stop: oneshot::Sender<()>, task: tokio::task::JoinHandle<()>) {
-    let _ = stop.send(());
-    tokio::time::timeout(WAIT, task)
-        .await
-        .expect("planner stops")
-        .expect("planner task");
+    unicron_bus::testing::stop_service(stop, task, WAIT).await;
 }
 
 async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {

@@ -286,16 +286,7 @@ impl Detector {
     fn offer(&mut self, cluster: &str, c: Candidate, emitted: &mut Vec<(Candidate, Severity)>) {
         let view = self.clusters.get_mut(cluster).expect("created by apply");
         match view.correlator.offer(c, &self.config) {
-            Offer::Emit(mut c) => {
-                c.evidence.truncate(self.config.max_evidence);
-                if c.kind == FailureKind::LostConnection
-                    && let Some(node) = &c.node
-                {
-                    view.mark_lost(node, c.time_ms, ms(self.config.heartbeat_deadline_s));
-                }
-                let severity = view.correlator.emitted(&c, &self.config);
-                emitted.push((c, severity));
-            }
+            Offer::Emit(c) => self.emit(cluster, c, emitted),
             Offer::Held => {}
             Offer::Absorbed => self.stats.absorbed += 1,
         }
@@ -361,20 +352,17 @@ impl Detector {
         }
         for group in groups {
             let c = self.resolve_group(cluster, group, newest);
-            self.offer_resolved(cluster, c, emitted);
+            self.emit(cluster, c, emitted);
         }
         let (config, clusters) = (&self.config, &mut self.clusters);
         let view = clusters.get_mut(cluster).expect("created by apply");
         view.correlator.prune(watermark, config);
     }
 
-    /// Emits a resolved group without holding it again.
-    fn offer_resolved(
-        &mut self,
-        cluster: &str,
-        mut c: Candidate,
-        emitted: &mut Vec<(Candidate, Severity)>,
-    ) {
+    /// Emits a candidate (a root cause, or a resolved group, which is not
+    /// held again): bounds its evidence, stops a lost node's heartbeat timer,
+    /// and applies node escalation.
+    fn emit(&mut self, cluster: &str, mut c: Candidate, emitted: &mut Vec<(Candidate, Severity)>) {
         let view = self.clusters.get_mut(cluster).expect("created by apply");
         c.evidence.truncate(self.config.max_evidence);
         if c.kind == FailureKind::LostConnection
