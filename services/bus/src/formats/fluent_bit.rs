@@ -7,15 +7,12 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::time::epoch_seconds_ms;
-use super::{Decoded, LabelMap, flatten, log};
+use super::{Decoded, LabelMap, flatten_object, json_object, log};
 
 pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
-    let event: Value = match serde_json::from_slice(payload) {
-        Ok(v) => v,
-        Err(e) => return Decoded::failed(format!("fluent_bit_json: {e}")),
-    };
-    let Some(object) = event.as_object() else {
-        return Decoded::failed("fluent_bit_json: record is not a JSON object".into());
+    let object = match json_object(payload, "fluent_bit_json") {
+        Ok(object) => object,
+        Err(failed) => return failed,
     };
     let time_ms = match object.get("@timestamp").and_then(Value::as_f64) {
         Some(seconds) => match epoch_seconds_ms(seconds) {
@@ -31,7 +28,7 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
         return Decoded::failed("fluent_bit_json: no `log` or `message` field".into());
     };
     let mut fields = BTreeMap::new();
-    flatten("", &event, &mut fields);
+    flatten_object(&object, &mut fields);
     for key in ["log", "message", "MESSAGE", "@timestamp"] {
         fields.remove(key);
     }

@@ -220,6 +220,30 @@ fn log(
     })
 }
 
+/// Parses a record that must be one JSON object (the JSON formats).
+fn json_object(
+    payload: &[u8],
+    format: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, Decoded> {
+    match serde_json::from_slice(payload) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Decoded::failed(format!(
+            "{format}: record is not a JSON object"
+        ))),
+        Err(e) => Err(Decoded::failed(format!("{format}: {e}"))),
+    }
+}
+
+/// Flattens a top-level JSON object into dotted keys with string values.
+fn flatten_object(
+    object: &serde_json::Map<String, serde_json::Value>,
+    out: &mut BTreeMap<String, String>,
+) {
+    for (k, v) in object {
+        flatten(k, v, out);
+    }
+}
+
 /// Flattens a JSON object into dotted keys with string values.
 fn flatten(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, String>) {
     match value {

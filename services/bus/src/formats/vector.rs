@@ -7,17 +7,14 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::time::rfc3339_ms;
-use super::{Batches, Decoded, LabelMap, flatten, log, sample};
+use super::{Batches, Decoded, LabelMap, flatten, flatten_object, json_object, log, sample};
 
 const SOURCE: &str = "vector";
 
 pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
-    let event: Value = match serde_json::from_slice(payload) {
-        Ok(v) => v,
-        Err(e) => return Decoded::failed(format!("vector_json: {e}")),
-    };
-    let Some(object) = event.as_object() else {
-        return Decoded::failed("vector_json: event is not a JSON object".into());
+    let object = match json_object(payload, "vector_json") {
+        Ok(object) => object,
+        Err(failed) => return failed,
     };
     let time_ms = match object.get("timestamp").and_then(Value::as_str) {
         Some(t) => match rfc3339_ms(t) {
@@ -75,7 +72,7 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
         return Decoded::failed("vector_json: log event without `message`".into());
     };
     let mut fields = BTreeMap::new();
-    flatten("", &event, &mut fields);
+    flatten_object(&object, &mut fields);
     fields.remove("message");
     let id = labels.identify(&fields);
     let Some(node) = id.node.clone() else {
