@@ -7,6 +7,7 @@
 
 pub mod allocation;
 pub mod detector;
+pub mod executor;
 pub mod planner;
 pub mod records;
 pub mod signing;
