@@ -306,7 +306,10 @@ fn an_unexplained_abnormal_exit_is_its_own_failure_and_sigterm_is_none() {
 
 #[test]
 fn a_stalled_job_is_a_hang_after_three_mean_iterations() {
-    let mut h = Harness::new();
+    let mut h = Harness::with(DetectorConfig {
+        hang_min_stall_s: 0.0,
+        ..DetectorConfig::default()
+    });
     for it in 0..10 {
         for rank in 0..4 {
             h.iteration(&node(rank as usize), "j", rank, it, T0 + it * 1000, 1000.0);

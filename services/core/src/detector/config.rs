@@ -35,6 +35,10 @@ pub struct DetectorConfig {
     pub hang_factor: f64,
     /// Iterations a job needs before hang detection trusts its mean.
     pub hang_min_iterations: u64,
+    /// No progress is not called a hang before this long. Past the heartbeat
+    /// deadline plus lateness by default: a node that died stalls its job
+    /// too, and must be reported as the lost node, not as a hung job.
+    pub hang_min_stall_s: f64,
     /// A rank whose mean iteration time is this many times the job's median
     /// rank over `straggler_window` iterations is a `straggler`.
     pub straggler_factor: f64,
@@ -92,6 +96,7 @@ impl Default for DetectorConfig {
             escalation_window_s: 300.0,
             hang_factor: 3.0,
             hang_min_iterations: 5,
+            hang_min_stall_s: 40.0,
             straggler_factor: 1.15,
             straggler_window: 20,
             clean_signals: vec![2, 15],
@@ -161,6 +166,7 @@ impl DetectorConfig {
             ("suspect_after_s", self.suspect_after_s),
             ("dedupe_window_s", self.dedupe_window_s),
             ("escalation_window_s", self.escalation_window_s),
+            ("hang_min_stall_s", self.hang_min_stall_s),
         ];
         for (field, value) in non_negative {
             if !(value.is_finite() && value >= 0.0) {

@@ -326,7 +326,7 @@ impl Detector {
         // No progress for hang_factor × the mean iteration time.
         for (job, progress) in &mut view.jobs {
             let Some(at) =
-                progress.hang_deadline_ms(config.hang_factor, config.hang_min_iterations)
+                progress.hang_deadline_ms(config)
             else {
                 continue;
             };
@@ -369,6 +369,11 @@ impl Detector {
             && let Some(node) = &c.node
         {
             view.mark_lost(node, c.time_ms, ms(self.config.heartbeat_deadline_s));
+        }
+        // The failure explains the job's stall: no hang on top of it until
+        // the job makes progress again.
+        if let Some(progress) = c.job.as_ref().and_then(|job| view.jobs.get_mut(job)) {
+            progress.hang_reported = true;
         }
         let severity = view.correlator.emitted(&c, &self.config);
         emitted.push((c, severity));

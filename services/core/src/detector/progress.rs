@@ -156,12 +156,13 @@ impl JobProgress {
     }
 
     /// Event time at which no progress means a hang, once the mean is trusted.
-    pub fn hang_deadline_ms(&self, hang_factor: f64, min_iterations: u64) -> Option<i64> {
-        if self.hang_reported || self.stats.count < min_iterations {
+    pub fn hang_deadline_ms(&self, config: &DetectorConfig) -> Option<i64> {
+        if self.hang_reported || self.stats.count < config.hang_min_iterations {
             return None;
         }
         let last = self.last_progress_ms?;
-        Some(last + (hang_factor * self.stats.mean).round() as i64)
+        let stall_ms = (config.hang_factor * self.stats.mean).max(config.hang_min_stall_s * 1000.0);
+        Some(last + stall_ms.round() as i64)
     }
 
     /// The node of the rank furthest behind, when exactly one rank is.
