@@ -1,0 +1,164 @@
+//! The simulator's settings (`[sim]` in the configuration file).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Transition times the simulated cluster takes per action, seconds of
+/// simulated time. PAPER.md gives the default restart's parts (9 min
+/// re-queue, 14 min set-up, progress since the checkpoint recomputed); the
+/// rest are ASSUMPTIONS, documented in `docs/simulator.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Transitions {
+    /// Retry of the failed step in place.
+    pub reattempt_s: f64,
+    /// Restart of the processes, state from a data-parallel peer.
+    pub restart_replica_s: f64,
+    /// Restart from the last checkpoint (plus the progress lost since it).
+    pub restart_checkpoint_s: f64,
+    /// New node set for a running job.
+    pub reconfigure_s: f64,
+    /// First start or resumption of a job.
+    pub resume_s: f64,
+}
+
+impl Default for Transitions {
+    fn default() -> Self {
+        Transitions {
+            reattempt_s: 30.0,
+            restart_replica_s: 5.0 * 60.0,
+            restart_checkpoint_s: 14.0 * 60.0,
+            reconfigure_s: 6.0 * 60.0,
+            resume_s: 2.0 * 60.0,
+        }
+    }
+}
+
+/// Everything that shapes a simulated cluster and its run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimConfig {
+    /// Cluster id on every record.
+    pub cluster: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub jobs: u32,
+    /// Seed of every random choice: same seed, same run.
+    pub seed: u64,
+    /// Simulated seconds per real second.
+    pub speed: f64,
+    /// Mean simulated seconds between injected failures (exponential),
+    /// when no trace is given. 0 injects none.
+    pub mtbf_s: f64,
+    /// Failure trace CSV (`time_s,node,kind`); replaces the random mix.
+    pub trace: Option<PathBuf>,
+    /// Simulated seconds an isolated node takes to come back repaired.
+    pub repair_s: f64,
+    pub heartbeat_interval_s: f64,
+    pub telemetry_interval_s: f64,
+    /// A job logs a progress line every this many iterations.
+    pub log_every_iterations: u64,
+    /// Mean simulated seconds between benign noise lines per node.
+    pub noise_interval_s: f64,
+    pub checkpoint_interval_s: i64,
+    /// An action takes effect this long (simulated) after the command's
+    /// event time: the control plane's reaction time as the cluster sees it.
+    /// Fixing it, rather than using arrival time, makes runs reproducible.
+    pub dispatch_s: f64,
+    pub transitions: Transitions,
+    /// Where the action endpoint listens (`POST /actions`).
+    pub listen: SocketAddr,
+    /// Event time of the simulation's start, ms since the epoch.
+    pub start_ms: i64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            cluster: "sim".into(),
+            nodes: 16,
+            gpus_per_node: 8,
+            jobs: 3,
+            seed: 1,
+            speed: 60.0,
+            mtbf_s: 20.0 * 60.0,
+            trace: None,
+            repair_s: 2.0 * 3600.0,
+            heartbeat_interval_s: 5.0,
+            telemetry_interval_s: 15.0,
+            log_every_iterations: 10,
+            noise_interval_s: 120.0,
+            checkpoint_interval_s: 30 * 60,
+            dispatch_s: 5.0,
+            transitions: Transitions::default(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
+            // 2026-01-01T00:00:00Z
+            start_ms: 1_767_225_600_000,
+        }
+    }
+}
+
+impl SimConfig {
+    /// The first field that makes no sense, as `sim.field: reason`.
+    pub fn validate(&self) -> Result<(), String> {
+        let bad = |field: &str, why: String| Err(format!("sim.{field}: {why}"));
+        if self.cluster.is_empty() {
+            return bad("cluster", "empty".into());
+        }
+        if self.nodes == 0 || self.nodes > 4096 {
+            return bad("nodes", format!("{} is not between 1 and 4096", self.nodes));
+        }
+        if self.gpus_per_node == 0 || self.gpus_per_node > 64 {
+            return bad("gpus_per_node", format!("{} is not between 1 and 64", self.gpus_per_node));
+        }
+        if self.jobs == 0 {
+            return bad("jobs", "must be at least 1".into());
+        }
+        let need: u32 = (0..self.jobs)
+            .map(|i| crate::profiles::MODELS[i as usize % crate::profiles::MODELS.len()].replica_gpus)
+            .map(|g| g.div_ceil(self.gpus_per_node))
+            .sum();
+        if need > self.nodes {
+            return bad(
+                "jobs",
+                format!("{} jobs need at least {need} nodes, the cluster has {}", self.jobs, self.nodes),
+            );
+        }
+        let positive = [
+            ("speed", self.speed),
+            ("repair_s", self.repair_s),
+            ("heartbeat_interval_s", self.heartbeat_interval_s),
+            ("telemetry_interval_s", self.telemetry_interval_s),
+            ("noise_interval_s", self.noise_interval_s),
+        ];
+        for (field, value) in positive {
+            if !(value.is_finite() && value > 0.0) {
+                return bad(field, format!("must be a positive number, got {value}"));
+            }
+        }
+        let t = &self.transitions;
+        let non_negative = [
+            ("mtbf_s", self.mtbf_s),
+            ("dispatch_s", self.dispatch_s),
+            ("transitions.reattempt_s", t.reattempt_s),
+            ("transitions.restart_replica_s", t.restart_replica_s),
+            ("transitions.restart_checkpoint_s", t.restart_checkpoint_s),
+            ("transitions.reconfigure_s", t.reconfigure_s),
+            ("transitions.resume_s", t.resume_s),
+        ];
+        for (field, value) in non_negative {
+            if !(value.is_finite() && value >= 0.0) {
+                return bad(field, format!("must be zero or more, got {value}"));
+            }
+        }
+        if self.checkpoint_interval_s <= 0 {
+            return bad("checkpoint_interval_s", "must be positive".into());
+        }
+        if self.log_every_iterations == 0 {
+            return bad("log_every_iterations", "must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,931 @@
+//! The simulated cluster as a state machine with no I/O: `advance_to` moves
+//! simulated time in one-second ticks and returns what the cluster emitted;
+//! `act` answers an executor's action; `observe_failure` tells the ground
+//! truth what the detector reported. Every choice comes from one seeded
+//! generator, and actions take effect at a time derived from the command,
+//! so the same seed and the same control plane give the same run.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use unicron_core::executor::{ActionRequest, ActionResponse, Outcome};
+use unicron_core::{
+    AgentEvent, AgentEventKind, ClusterEvent, ClusterEventKind, CommandAction, FailureEvent,
+    FailureKind, LogRecord, MetricSample, Severity, TelemetryBatch,
+};
+
+use crate::config::SimConfig;
+use crate::faults::{self, TraceEntry};
+use crate::profiles::{MODELS, Model, WEIGHTS};
+use crate::truth::{Fault, Truth};
+
+const TICK_MS: i64 = 1_000;
+const SIGTERM: i32 = 15;
+
+/// One record the cluster puts on a topic.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Emission {
+    Telemetry(TelemetryBatch),
+    Log(LogRecord),
+    Agent(AgentEvent),
+    Cluster(ClusterEvent),
+}
+
+impl Emission {
+    /// The Kafka key: the node for node records, the cluster otherwise.
+    pub fn key(&self) -> &str {
+        match self {
+            Emission::Telemetry(t) => &t.node,
+            Emission::Log(l) => &l.node,
+            Emission::Agent(a) => &a.node,
+            Emission::Cluster(c) => &c.cluster,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeState {
+    Up,
+    /// Dark: no heartbeats, no telemetry, no logs.
+    Down,
+    /// Taken out by an executor; back, repaired, at `repair_at`.
+    Isolated { repair_at: i64 },
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    state: NodeState,
+    job: Option<String>,
+    /// Injected fault not yet resolved, index into the truth's faults.
+    fault: Option<usize>,
+    ecc_dbe: Vec<f64>,
+    next_heartbeat: i64,
+    next_telemetry: i64,
+    next_noise: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// Submitted, never placed.
+    Pending,
+    Running,
+    /// Switching; runs again at `until`.
+    Transition { until: i64 },
+    /// Broken by a fault, or lost a node: no progress until an action.
+    Stalled,
+    Paused,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    model: Model,
+    weight: f64,
+    max_gpus: u32,
+    nodes: Vec<String>,
+    phase: Phase,
+    iteration: u64,
+    /// Fraction of the current iteration done.
+    partial: f64,
+    checkpoint_iteration: u64,
+    last_checkpoint: i64,
+    fault: Option<usize>,
+    downtime_ms: i64,
+}
+
+/// An action accepted and waiting for its effect time.
+#[derive(Debug, Clone)]
+struct Scheduled {
+    request: ActionRequest,
+}
+
+/// The whole simulated cluster.
+#[derive(Debug)]
+pub struct Sim {
+    config: SimConfig,
+    rng: ChaCha8Rng,
+    now: i64,
+    started: bool,
+    nodes: BTreeMap<String, Node>,
+    jobs: BTreeMap<String, Job>,
+    trace: VecDeque<TraceEntry>,
+    next_random_fault: Option<i64>,
+    scheduled: BTreeMap<(i64, String), Scheduled>,
+    answered: BTreeMap<String, ActionResponse>,
+    truth: Truth,
+}
+
+impl Sim {
+    /// A cluster of `config.nodes` idle nodes and `config.jobs` submitted
+    /// jobs; failures from `trace` if given, else from the taxonomy mix.
+    pub fn new(config: SimConfig, trace: Option<Vec<TraceEntry>>) -> Sim {
+        let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
+        let width = config.nodes.saturating_sub(1).to_string().len().max(3);
+        let mut nodes = BTreeMap::new();
+        for i in 0..config.nodes {
+            let offset = rng.random_range(0..1_000);
+            nodes.insert(
+                format!("node-{i:0width$}"),
+                Node {
+                    state: NodeState::Up,
+                    job: None,
+                    fault: None,
+                    ecc_dbe: vec![0.0; config.gpus_per_node as usize],
+                    next_heartbeat: config.start_ms + offset,
+                    next_telemetry: config.start_ms + offset,
+                    next_noise: config.start_ms
+                        + exponential(&mut rng, config.noise_interval_s * 1000.0),
+                },
+            );
+        }
+        let jobs = plan_jobs(&config);
+        let next_random_fault = (trace.is_none() && config.mtbf_s > 0.0)
+            .then(|| config.start_ms + exponential(&mut rng, config.mtbf_s * 1000.0));
+        let ideal_rate = jobs
+            .values()
+            .map(|j| j.weight * j.model.throughput(j.max_gpus))
+            .sum();
+        Sim {
+            now: config.start_ms,
+            started: false,
+            truth: Truth::new(ideal_rate, config.start_ms),
+            rng,
+            nodes,
+            jobs,
+            trace: trace.unwrap_or_default().into(),
+            next_random_fault,
+            scheduled: BTreeMap::new(),
+            answered: BTreeMap::new(),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &SimConfig {
+        &self.config
+    }
+
+    /// Current simulated time, ms since the epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.now
+    }
+
+    pub fn truth(&self) -> &Truth {
+        &self.truth
+    }
+
+    /// Weighted FLOP/s the cluster achieves right now.
+    pub fn current_rate(&self) -> f64 {
+        self.jobs
+            .values()
+            .filter(|j| j.phase == Phase::Running)
+            .map(|j| j.weight * j.model.throughput(self.gpus_of(j)))
+            .sum()
+    }
+
+    /// Runs whole ticks up to `target_ms` and returns what was emitted.
+    pub fn advance_to(&mut self, target_ms: i64) -> Vec<Emission> {
+        let mut out = Vec::new();
+        if !self.started {
+            self.started = true;
+            self.announce(&mut out);
+        }
+        while self.now + TICK_MS <= target_ms {
+            self.now += TICK_MS;
+            self.tick(&mut out);
+        }
+        out
+    }
+
+    /// Node joins and job submissions at the start.
+    fn announce(&mut self, out: &mut Vec<Emission>) {
+        for name in self.nodes.keys() {
+            out.push(Emission::Cluster(ClusterEvent {
+                cluster: self.config.cluster.clone(),
+                time_ms: self.now,
+                kind: ClusterEventKind::NodeJoined,
+                node: Some(name.clone()),
+                gpus: Some(self.config.gpus_per_node as i32),
+                job_id: None,
+                job: None,
+            }));
+        }
+        for (id, job) in &self.jobs {
+            out.push(Emission::Cluster(ClusterEvent {
+                cluster: self.config.cluster.clone(),
+                time_ms: self.now,
+                kind: ClusterEventKind::JobSubmitted,
+                node: None,
+                gpus: None,
+                job_id: Some(id.clone()),
+                job: Some(job.model.spec(
+                    job.weight,
+                    job.max_gpus,
+                    self.config.gpus_per_node,
+                    self.config.checkpoint_interval_s,
+                )),
+            }));
+        }
+    }
+
+    fn tick(&mut self, out: &mut Vec<Emission>) {
+        let now = self.now;
+        let due: Vec<(i64, String)> = self
+            .scheduled
+            .range(..=(now, String::from("\u{10ffff}")))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            let scheduled = self.scheduled.remove(&key).expect("listed");
+            self.apply(&scheduled.request, out);
+        }
+        self.finish_transitions();
+        self.repair_nodes(out);
+        self.inject_due(out);
+        self.progress_jobs(out);
+        self.node_signals(out);
+        self.truth.account(now, self.current_rate());
+    }
+
+    fn finish_transitions(&mut self) {
+        for job in self.jobs.values_mut() {
+            if let Phase::Transition { until } = job.phase
+                && until <= self.now
+            {
+                job.phase = if job.nodes.is_empty() {
+                    Phase::Paused
+                } else {
+                    Phase::Running
+                };
+            }
+        }
+    }
+
+    fn repair_nodes(&mut self, out: &mut Vec<Emission>) {
+        for (name, node) in &mut self.nodes {
+            if let NodeState::Isolated { repair_at } = node.state
+                && repair_at <= self.now
+            {
+                node.state = NodeState::Up;
+                node.fault = None;
+                node.next_heartbeat = self.now;
+                out.push(Emission::Cluster(ClusterEvent {
+                    cluster: self.config.cluster.clone(),
+                    time_ms: self.now,
+                    kind: ClusterEventKind::NodeRepaired,
+                    node: Some(name.clone()),
+                    gpus: Some(self.config.gpus_per_node as i32),
+                    job_id: None,
+                    job: None,
+                }));
+            }
+        }
+    }
+
+    fn inject_due(&mut self, out: &mut Vec<Emission>) {
+        let start = self.config.start_ms;
+        while let Some(entry) = self.trace.front() {
+            if start + (entry.at_s * 1000.0) as i64 > self.now {
+                break;
+            }
+            let entry = self.trace.pop_front().expect("peeked");
+            self.inject(Some(&entry.node), entry.kind, out);
+        }
+        while let Some(at) = self.next_random_fault
+            && at <= self.now
+        {
+            let kind = faults::pick(self.rng.random());
+            self.inject(None, kind, out);
+            self.next_random_fault =
+                Some(at + exponential(&mut self.rng, self.config.mtbf_s * 1000.0).max(TICK_MS));
+        }
+    }
+
+    /// Injects `kind` on `node`, or on a random node of a running job.
+    fn inject(&mut self, node: Option<&str>, kind: FailureKind, out: &mut Vec<Emission>) {
+        let eligible: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.state == NodeState::Up && n.fault.is_none())
+            .filter(|(_, n)| {
+                n.job
+                    .as_ref()
+                    .and_then(|j| self.jobs.get(j))
+                    .is_some_and(|j| j.phase == Phase::Running && j.fault.is_none())
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        let name = match node {
+            Some(name) if eligible.iter().any(|n| n == name) => name.to_string(),
+            Some(_) => {
+                self.truth.skipped += 1;
+                return;
+            }
+            None if eligible.is_empty() => {
+                self.truth.skipped += 1;
+                return;
+            }
+            None => eligible[self.rng.random_range(0..eligible.len())].clone(),
+        };
+        let gpu = self.rng.random_range(0..self.config.gpus_per_node);
+        let job_id = self.nodes[&name].job.clone().expect("eligible nodes run a job");
+        let rank = self.jobs[&job_id]
+            .nodes
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or(0) as u32;
+        let index = self.truth.faults.len();
+        self.truth.faults.push(Fault::new(
+            index,
+            kind,
+            &name,
+            Some(job_id.clone()),
+            gpu,
+            self.now,
+        ));
+        let shown = faults::manifest(kind, &name, gpu, rank);
+        let node = self.nodes.get_mut(&name).expect("chosen from the map");
+        node.fault = Some(index);
+        if let Some(counter) = shown.counter
+            && counter == "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+        {
+            node.ecc_dbe[gpu as usize] += 1.0;
+        }
+        if shown.node_down {
+            node.state = NodeState::Down;
+        }
+        let job = self.jobs.get_mut(&job_id).expect("node's job exists");
+        job.phase = Phase::Stalled;
+        job.fault = Some(index);
+        for line in shown.lines {
+            out.push(Emission::Log(LogRecord {
+                cluster: self.config.cluster.clone(),
+                node: name.clone(),
+                time_ms: self.now,
+                source: if line.starts_with("kernel:") {
+                    "kmsg".into()
+                } else {
+                    "training".into()
+                },
+                job: Some(job_id.clone()),
+                rank: Some(rank as i32),
+                gpu: Some(gpu as i32),
+                line,
+                attributes: BTreeMap::new(),
+            }));
+        }
+        if let Some(code) = shown.exit_code {
+            out.push(self.exit(&name, &job_id, rank, Some(code), None));
+        }
+    }
+
+    fn exit(
+        &self,
+        node: &str,
+        job: &str,
+        rank: u32,
+        code: Option<i32>,
+        signal: Option<i32>,
+    ) -> Emission {
+        Emission::Agent(AgentEvent {
+            cluster: self.config.cluster.clone(),
+            node: node.to_string(),
+            time_ms: self.now,
+            kind: AgentEventKind::ProcessExit,
+            job: Some(job.to_string()),
+            rank: Some(rank as i32),
+            exit_code: code,
+            signal,
+            iteration: None,
+            iteration_time_ms: None,
+        })
+    }
+
+    fn gpus_of(&self, job: &Job) -> u32 {
+        job.nodes.len() as u32 * self.config.gpus_per_node
+    }
+
+    fn progress_jobs(&mut self, out: &mut Vec<Emission>) {
+        let gpn = self.config.gpus_per_node;
+        let checkpoint_ms = self.config.checkpoint_interval_s * 1000;
+        for (id, job) in &mut self.jobs {
+            if job.phase != Phase::Running {
+                job.downtime_ms += TICK_MS;
+                continue;
+            }
+            let iteration_s = job.model.iteration_s(job.nodes.len() as u32 * gpn);
+            if !iteration_s.is_finite() {
+                job.downtime_ms += TICK_MS;
+                continue;
+            }
+            job.partial += TICK_MS as f64 / 1000.0 / iteration_s;
+            while job.partial >= 1.0 {
+                job.partial -= 1.0;
+                job.iteration += 1;
+                let jitter = 1.0 + (self.rng.random::<f64>() - 0.5) * 0.04;
+                for (rank, node) in job.nodes.iter().enumerate() {
+                    out.push(Emission::Agent(AgentEvent {
+                        cluster: self.config.cluster.clone(),
+                        node: node.clone(),
+                        time_ms: self.now,
+                        kind: AgentEventKind::IterationDone,
+                        job: Some(id.clone()),
+                        rank: Some(rank as i32),
+                        exit_code: None,
+                        signal: None,
+                        iteration: Some(job.iteration as i64),
+                        iteration_time_ms: Some(iteration_s * 1000.0 * jitter),
+                    }));
+                }
+                if job.iteration % self.config.log_every_iterations == 0 {
+                    out.push(Emission::Log(LogRecord {
+                        cluster: self.config.cluster.clone(),
+                        node: job.nodes[0].clone(),
+                        time_ms: self.now,
+                        source: "training".into(),
+                        job: Some(id.clone()),
+                        rank: Some(0),
+                        gpu: None,
+                        line: format!(
+                            " iteration {:>8} | consumed samples: {:>12} | elapsed time per iteration (ms): {:.1} | lm loss: {:.6E} | grad norm: 0.312 | number of skipped iterations: 0",
+                            job.iteration,
+                            job.iteration * 512,
+                            iteration_s * 1000.0 * jitter,
+                            2.0 + 8.0 / (1.0 + job.iteration as f64 / 500.0),
+                        ),
+                        attributes: BTreeMap::new(),
+                    }));
+                }
+            }
+            if self.now - job.last_checkpoint >= checkpoint_ms {
+                job.last_checkpoint = self.now;
+                job.checkpoint_iteration = job.iteration;
+            }
+        }
+        let work: f64 = self
+            .jobs
+            .values()
+            .map(|j| j.weight * j.model.iteration_flops() * (j.iteration as f64 + j.partial))
+            .sum();
+        self.truth.work = work;
+    }
+
+    /// Heartbeats, DCGM telemetry and benign log noise of every node.
+    fn node_signals(&mut self, out: &mut Vec<Emission>) {
+        let now = self.now;
+        let cluster = self.config.cluster.clone();
+        let hb_ms = (self.config.heartbeat_interval_s * 1000.0) as i64;
+        let telemetry_ms = (self.config.telemetry_interval_s * 1000.0) as i64;
+        let noise_ms = self.config.noise_interval_s * 1000.0;
+        for (name, node) in &mut self.nodes {
+            if node.state == NodeState::Down {
+                continue;
+            }
+            let running = node
+                .job
+                .as_ref()
+                .and_then(|j| self.jobs.get(j))
+                .filter(|j| j.phase == Phase::Running);
+            if node.next_heartbeat <= now {
+                node.next_heartbeat += hb_ms.max(TICK_MS);
+                out.push(Emission::Agent(AgentEvent {
+                    cluster: cluster.clone(),
+                    node: name.clone(),
+                    time_ms: now,
+                    kind: AgentEventKind::Heartbeat,
+                    job: node.job.clone(),
+                    rank: None,
+                    exit_code: None,
+                    signal: None,
+                    iteration: None,
+                    iteration_time_ms: None,
+                }));
+            }
+            if matches!(node.state, NodeState::Isolated { .. }) {
+                continue;
+            }
+            if node.next_telemetry <= now {
+                node.next_telemetry += telemetry_ms.max(TICK_MS);
+                let busy = running.is_some();
+                let mut samples = Vec::with_capacity(node.ecc_dbe.len() * 5 + 1);
+                for (gpu, dbe) in node.ecc_dbe.iter().enumerate() {
+                    let noise = self.rng.random::<f64>();
+                    let gauge = |metric: &str, value: f64| MetricSample {
+                        name: metric.into(),
+                        value,
+                        time_ms: now,
+                        gpu: Some(gpu as i32),
+                        job: node.job.clone(),
+                        rank: None,
+                        labels: BTreeMap::from([("Hostname".to_string(), name.clone())]),
+                    };
+                    samples.push(gauge(
+                        "DCGM_FI_DEV_GPU_UTIL",
+                        if busy { 93.0 + 6.0 * noise } else { 0.0 },
+                    ));
+                    samples.push(gauge(
+                        "DCGM_FI_DEV_GPU_TEMP",
+                        if busy { 62.0 + 10.0 * noise } else { 35.0 + 3.0 * noise },
+                    ));
+                    samples.push(gauge(
+                        "DCGM_FI_DEV_POWER_USAGE",
+                        if busy { 350.0 + 50.0 * noise } else { 60.0 + 5.0 * noise },
+                    ));
+                    samples.push(gauge(
+                        "DCGM_FI_DEV_FB_USED",
+                        if busy { 71_000.0 + 1_000.0 * noise } else { 0.0 },
+                    ));
+                    samples.push(gauge("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", *dbe));
+                }
+                if let Some(job) = running {
+                    let rank = job.nodes.iter().position(|n| n == name).unwrap_or(0);
+                    samples.push(MetricSample {
+                        name: "training_iteration_time_ms".into(),
+                        value: job.model.iteration_s(job.nodes.len() as u32 * node.ecc_dbe.len() as u32)
+                            * 1000.0,
+                        time_ms: now,
+                        gpu: None,
+                        job: node.job.clone(),
+                        rank: Some(rank as i32),
+                        labels: BTreeMap::new(),
+                    });
+                }
+                out.push(Emission::Telemetry(TelemetryBatch {
+                    cluster: cluster.clone(),
+                    node: name.clone(),
+                    source: "dcgm-exporter".into(),
+                    samples,
+                }));
+            }
+            if node.next_noise <= now {
+                node.next_noise += exponential(&mut self.rng, noise_ms).max(TICK_MS);
+                let line = faults::NOISE[self.rng.random_range(0..faults::NOISE.len())];
+                out.push(Emission::Log(LogRecord {
+                    cluster: cluster.clone(),
+                    node: name.clone(),
+                    time_ms: now,
+                    source: "syslog".into(),
+                    job: node.job.clone(),
+                    rank: None,
+                    gpu: None,
+                    line: line.to_string(),
+                    attributes: BTreeMap::new(),
+                }));
+            }
+        }
+    }
+
+    /// Answers an action now and schedules its effect; a repeated command
+    /// id gets the first answer again and acts once (the HTTP contract's
+    /// idempotency).
+    pub fn act(&mut self, request: &ActionRequest) -> ActionResponse {
+        if let Some(answer) = self.answered.get(&request.command_id) {
+            self.truth.duplicate_requests += 1;
+            return answer.clone();
+        }
+        let dispatch = (self.config.dispatch_s * 1000.0) as i64;
+        let wanted = request.time_ms.saturating_add(dispatch);
+        if wanted < self.now {
+            self.truth.late_actions += 1;
+        }
+        let apply_at = wanted.max(self.now + TICK_MS);
+        let answer = match self.judge(request) {
+            Ok(duration_ms) => {
+                self.truth.count_action(request.action);
+                self.scheduled.insert(
+                    (apply_at, request.command_id.clone()),
+                    Scheduled {
+                        request: request.clone(),
+                    },
+                );
+                ActionResponse {
+                    status: Outcome::Succeeded,
+                    reason: None,
+                    duration_ms: Some(duration_ms),
+                    completed_ms: Some(apply_at + duration_ms),
+                }
+            }
+            Err(reason) => {
+                self.truth.failed_actions += 1;
+                ActionResponse {
+                    status: Outcome::Failed,
+                    reason: Some(reason),
+                    duration_ms: Some(0),
+                    completed_ms: Some(apply_at),
+                }
+            }
+        };
+        self.answered
+            .insert(request.command_id.clone(), answer.clone());
+        answer
+    }
+
+    /// Whether the action can work, and how long it takes (ms).
+    fn judge(&self, request: &ActionRequest) -> Result<i64, String> {
+        if request.cluster != self.config.cluster {
+            return Err(format!("unknown cluster `{}`", request.cluster));
+        }
+        let t = &self.config.transitions;
+        let ms = |s: f64| (s * 1000.0) as i64;
+        let job = || {
+            let id = request.job.as_deref().ok_or("the action names no job")?;
+            self.jobs
+                .get(id)
+                .ok_or_else(|| format!("no such job `{id}`"))
+        };
+        let fault_of = |job: &Job| job.fault.map(|i| &self.truth.faults[i]);
+        match request.action {
+            CommandAction::Reattempt => {
+                let job = job()?;
+                match fault_of(job) {
+                    Some(f) if faults::needs(f.kind) != Severity::Sev3 => Err(format!(
+                        "fault persists: {} on {} needs {}",
+                        f.kind,
+                        f.node,
+                        faults::needs(f.kind)
+                    )),
+                    _ => Ok(ms(t.reattempt_s)),
+                }
+            }
+            CommandAction::Restart => {
+                let job = job()?;
+                match fault_of(job) {
+                    Some(f)
+                        if faults::needs(f.kind) == Severity::Sev1
+                            && job.nodes.contains(&f.node) =>
+                    {
+                        Err(format!(
+                            "{} failed again on restart: {} needs the node taken out",
+                            f.node, f.kind
+                        ))
+                    }
+                    _ => Ok(ms(restart_s(t, request.restore_from.as_deref()))),
+                }
+            }
+            CommandAction::IsolateNode => {
+                let node = request.nodes.first().ok_or("isolate_node names no node")?;
+                if !self.nodes.contains_key(node) {
+                    return Err(format!("no such node `{node}`"));
+                }
+                Ok(0)
+            }
+            CommandAction::Reconfigure | CommandAction::Resume => {
+                let job = job()?;
+                for node in &request.nodes {
+                    match self.nodes.get(node).map(|n| n.state) {
+                        None => return Err(format!("no such node `{node}`")),
+                        Some(NodeState::Down) => return Err(format!("node `{node}` is down")),
+                        Some(_) => {}
+                    }
+                }
+                let base = if job.phase == Phase::Pending {
+                    t.resume_s
+                } else if request.action == CommandAction::Resume {
+                    t.resume_s.max(restart_s(t, request.restore_from.as_deref()))
+                } else {
+                    t.reconfigure_s
+                };
+                Ok(ms(base))
+            }
+            CommandAction::Pause => job().map(|_| 0),
+            CommandAction::Unknown => Err("unknown action".into()),
+        }
+    }
+
+    /// The effect of an accepted action, at its effect time.
+    fn apply(&mut self, request: &ActionRequest, out: &mut Vec<Emission>) {
+        let t = self.config.transitions.clone();
+        let ms = |s: f64| (s * 1000.0) as i64;
+        let now = self.now;
+        match request.action {
+            CommandAction::IsolateNode => {
+                let name = &request.nodes[0];
+                let repair_at = now + ms(self.config.repair_s);
+                let node = self.nodes.get_mut(name).expect("judged");
+                if !matches!(node.state, NodeState::Isolated { .. }) {
+                    node.state = NodeState::Isolated { repair_at };
+                }
+                if let Some(index) = node.fault.take() {
+                    self.truth.resolve(index, now, request.action);
+                }
+                if let Some(job_id) = node.job.take()
+                    && let Some(job) = self.jobs.get_mut(&job_id)
+                {
+                    job.nodes.retain(|n| n != name);
+                    if job.fault.is_some_and(|i| self.truth.faults[i].node == *name) {
+                        job.fault = None;
+                    }
+                    if job.phase == Phase::Running {
+                        job.phase = Phase::Stalled;
+                    }
+                }
+            }
+            CommandAction::Reattempt => {
+                let id = request.job.as_deref().unwrap_or_default();
+                let Some(job) = self.jobs.get_mut(id) else { return };
+                if let Some(index) = job.fault.take() {
+                    self.truth.resolve(index, now, request.action);
+                    self.clear_node_fault(index);
+                }
+                let job = self.jobs.get_mut(id).expect("looked up");
+                if job.phase != Phase::Pending && job.phase != Phase::Paused {
+                    job.phase = Phase::Transition {
+                        until: now + ms(t.reattempt_s),
+                    };
+                }
+            }
+            CommandAction::Restart => {
+                let id = request.job.as_deref().unwrap_or_default().to_string();
+                if !self.jobs.contains_key(&id) {
+                    return;
+                }
+                self.stop_processes(&id, out);
+                let job = self.jobs.get_mut(&id).expect("checked");
+                if let Some(index) = job.fault.take() {
+                    self.truth.resolve(index, now, request.action);
+                    self.clear_node_fault(index);
+                }
+                let job = self.jobs.get_mut(&id).expect("checked");
+                restore(job, request.restore_from.as_deref());
+                if !job.nodes.is_empty() {
+                    job.phase = Phase::Transition {
+                        until: now + ms(restart_s(&t, request.restore_from.as_deref())),
+                    };
+                }
+            }
+            CommandAction::Reconfigure | CommandAction::Resume => {
+                let id = request.job.as_deref().unwrap_or_default().to_string();
+                if !self.jobs.contains_key(&id) {
+                    return;
+                }
+                let first_start = self.jobs[&id].phase == Phase::Pending;
+                self.stop_processes(&id, out);
+                let usable: Vec<String> = request
+                    .nodes
+                    .iter()
+                    .filter(|n| self.nodes.get(*n).is_some_and(|n| n.state == NodeState::Up))
+                    .cloned()
+                    .collect();
+                for node in self.nodes.values_mut() {
+                    if node.job.as_deref() == Some(id.as_str()) {
+                        node.job = None;
+                    }
+                }
+                for name in &usable {
+                    let node = self.nodes.get_mut(name).expect("filtered");
+                    if let Some(other) = node.job.replace(id.clone())
+                        && let Some(job) = self.jobs.get_mut(&other)
+                    {
+                        job.nodes.retain(|n| n != name);
+                    }
+                }
+                let job = self.jobs.get_mut(&id).expect("checked");
+                if let Some(index) = job.fault.take() {
+                    self.truth.resolve(index, now, request.action);
+                    self.clear_node_fault(index);
+                }
+                let job = self.jobs.get_mut(&id).expect("checked");
+                if !first_start {
+                    restore(job, request.restore_from.as_deref());
+                }
+                job.nodes = usable;
+                let base = if first_start {
+                    t.resume_s
+                } else if request.action == CommandAction::Resume {
+                    t.resume_s.max(restart_s(&t, request.restore_from.as_deref()))
+                } else {
+                    t.reconfigure_s
+                };
+                job.phase = if job.nodes.is_empty() {
+                    Phase::Paused
+                } else {
+                    Phase::Transition {
+                        until: now + ms(base),
+                    }
+                };
+            }
+            CommandAction::Pause => {
+                let id = request.job.as_deref().unwrap_or_default().to_string();
+                if !self.jobs.contains_key(&id) {
+                    return;
+                }
+                self.stop_processes(&id, out);
+                for node in self.nodes.values_mut() {
+                    if node.job.as_deref() == Some(id.as_str()) {
+                        node.job = None;
+                    }
+                }
+                let job = self.jobs.get_mut(&id).expect("checked");
+                job.nodes.clear();
+                job.phase = Phase::Paused;
+            }
+            CommandAction::Unknown => {}
+        }
+    }
+
+    /// A fault fixed by an action on its job no longer marks its node
+    /// (unless the node itself is broken: SEV1 stays until isolation).
+    fn clear_node_fault(&mut self, index: usize) {
+        let fault = &self.truth.faults[index];
+        if let Some(node) = self.nodes.get_mut(&fault.node)
+            && node.fault == Some(index)
+        {
+            node.fault = None;
+        }
+    }
+
+    /// SIGTERM to every rank of a job that has processes: a requested stop,
+    /// which the detector must not take for a failure.
+    fn stop_processes(&mut self, id: &str, out: &mut Vec<Emission>) {
+        let job = &self.jobs[id];
+        if matches!(job.phase, Phase::Pending | Phase::Paused) {
+            return;
+        }
+        let exits: Vec<Emission> = job
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| self.nodes.get(*n).is_some_and(|n| n.state != NodeState::Down))
+            .map(|(rank, node)| self.exit(node, id, rank as u32, None, Some(SIGTERM)))
+            .collect();
+        out.extend(exits);
+    }
+
+    /// Records the detector's report in the ground truth.
+    pub fn observe_failure(&mut self, failure: &FailureEvent) {
+        if failure.cluster == self.config.cluster {
+            self.truth.observe(failure);
+        }
+    }
+
+    /// Downtime per job so far, seconds.
+    pub fn downtime_s(&self) -> BTreeMap<String, f64> {
+        self.jobs
+            .iter()
+            .map(|(id, j)| (id.clone(), j.downtime_ms as f64 / 1000.0))
+            .collect()
+    }
+}
+
+/// Rolls a job back to its checkpoint unless it restores from a replica.
+fn restore(job: &mut Job, restore_from: Option<&str>) {
+    let from_replica = restore_from.is_some_and(|r| r.starts_with("replica:"));
+    if !from_replica {
+        job.iteration = job.checkpoint_iteration;
+    }
+    job.partial = 0.0;
+}
+
+fn restart_s(t: &crate::config::Transitions, restore_from: Option<&str>) -> f64 {
+    if restore_from.is_some_and(|r| r.starts_with("replica:")) {
+        t.restart_replica_s
+    } else {
+        t.restart_checkpoint_s
+    }
+}
+
+/// A sample of an exponential distribution with this mean, ms.
+fn exponential(rng: &mut ChaCha8Rng, mean_ms: f64) -> i64 {
+    let u: f64 = rng.random();
+    (-(1.0 - u).ln() * mean_ms) as i64
+}
+
+/// Jobs sized to fill the cluster: each gets the nodes of one replica,
+/// then the rest go round-robin.
+fn plan_jobs(config: &SimConfig) -> BTreeMap<String, Job> {
+    let gpn = config.gpus_per_node;
+    let models: Vec<Model> = (0..config.jobs)
+        .map(|i| MODELS[i as usize % MODELS.len()])
+        .collect();
+    let mut nodes: Vec<u32> = models.iter().map(|m| m.replica_gpus.div_ceil(gpn)).collect();
+    let mut left = config.nodes.saturating_sub(nodes.iter().sum());
+    let mut i = 0;
+    while left > 0 {
+        let n = nodes.len();
+        nodes[i % n] += 1;
+        left -= 1;
+        i += 1;
+    }
+    models
+        .iter()
+        .zip(nodes)
+        .enumerate()
+        .map(|(i, (model, n))| {
+            (
+                format!("job-{i}"),
+                Job {
+                    model: *model,
+                    weight: WEIGHTS[i % WEIGHTS.len()],
+                    max_gpus: n * gpn,
+                    nodes: Vec::new(),
+                    phase: Phase::Pending,
+                    iteration: 0,
+                    partial: 0.0,
+                    checkpoint_iteration: 0,
+                    last_checkpoint: config.start_ms,
+                    fault: None,
+                    downtime_ms: 0,
+                },
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,244 @@
+//! The whole loop in one thread, as fast as the CPU allows: the simulated
+//! cluster feeds the same core `Detector` and `Planner` the services run,
+//! commands pass the executor's `Gate` and go to the simulator's action
+//! handler. No broker, no clock: a run is a function of its inputs.
+
+use std::collections::BTreeMap;
+
+use unicron_core::detector::{
+    Detector, DetectorConfig, DetectorInput, DetectorOutput, Observation, Source,
+    rules::LogRules,
+};
+use unicron_core::executor::{ActionRequest, Gate, Outcome, result};
+use unicron_core::planner::{Input, InputEvent, Output, Planner, PlannerConfig};
+use unicron_core::signing::CommandSigner;
+use unicron_core::{CommandResult, CommandStatus};
+
+use crate::model::{Emission, Sim};
+use crate::truth::Summary;
+
+/// Counts of what crossed each edge of the loop.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flow {
+    pub records: u64,
+    pub failures: u64,
+    pub decisions: u64,
+    pub commands: u64,
+    pub rejected_commands: u64,
+}
+
+/// Detector, planner, executor gate and simulator wired in memory.
+pub struct Offline {
+    pub sim: Sim,
+    detector: Detector,
+    planner: Planner,
+    gate: Gate,
+    offsets: BTreeMap<&'static str, i64>,
+    pub flow: Flow,
+}
+
+impl Offline {
+    pub fn new(sim: Sim, detector: DetectorConfig, planner: PlannerConfig) -> Offline {
+        let signer = CommandSigner::from_seed("offline", [7; 32]);
+        let keys = BTreeMap::from([("offline".to_string(), signer.verifying_key())]);
+        let cluster = sim.config().cluster.clone();
+        Offline {
+            sim,
+            detector: Detector::new(detector, LogRules::builtin()),
+            planner: Planner::new(planner, signer),
+            gate: Gate::new(cluster, keys, 3_600_000),
+            offsets: BTreeMap::new(),
+            flow: Flow::default(),
+        }
+    }
+
+    fn next_offset(&mut self, topic: &'static str) -> i64 {
+        let offset = self.offsets.entry(topic).or_default();
+        *offset += 1;
+        *offset - 1
+    }
+
+    /// Runs until `sim_s` simulated seconds after the start.
+    pub fn run_for(&mut self, sim_s: f64) -> Summary {
+        let end = self.sim.config().start_ms + (sim_s * 1000.0) as i64;
+        while self.sim.now_ms() < end {
+            let next = self.sim.now_ms() + 1_000;
+            let emissions = self.sim.advance_to(next);
+            for emission in emissions {
+                self.feed(emission);
+            }
+        }
+        Summary::new(self.sim.truth(), self.sim.config(), self.sim.downtime_s())
+    }
+
+    fn feed(&mut self, emission: Emission) {
+        self.flow.records += 1;
+        let (topic, observation) = match emission {
+            Emission::Cluster(event) => {
+                let offset = self.next_offset("cluster");
+                self.plan(Input {
+                    topic: "cluster".into(),
+                    partition: 0,
+                    offset,
+                    event: InputEvent::Cluster(event),
+                });
+                return;
+            }
+            Emission::Log(r) => ("logs", Observation::Log(r)),
+            Emission::Telemetry(r) => ("telemetry", Observation::Telemetry(r)),
+            Emission::Agent(r) => ("agent", Observation::Agent(r)),
+        };
+        let offset = self.next_offset(topic);
+        let outputs = self.detector.apply(&DetectorInput {
+            source: Source {
+                topic: topic.into(),
+                partition: 0,
+                offset,
+                index: 0,
+            },
+            observation,
+        });
+        for output in outputs {
+            if let DetectorOutput::Failure(failure) = output {
+                self.flow.failures += 1;
+                self.sim.observe_failure(&failure);
+                let offset = self.next_offset("failures");
+                self.plan(Input {
+                    topic: "failures".into(),
+                    partition: 0,
+                    offset,
+                    event: InputEvent::Failure(failure),
+                });
+            }
+        }
+    }
+
+    /// Applies one planner input and carries out its commands, feeding
+    /// each result back (which may lead to more commands).
+    fn plan(&mut self, input: Input) {
+        let mut queue = vec![input];
+        while let Some(input) = queue.pop() {
+            for output in self.planner.apply(&input) {
+                match output {
+                    Output::Decision(_) => self.flow.decisions += 1,
+                    Output::Command(command) => {
+                        self.flow.commands += 1;
+                        let outcome: CommandResult = match self.gate.check(&command) {
+                            Err(why) => {
+                                self.flow.rejected_commands += 1;
+                                result(&command, CommandStatus::Rejected, Some(why.to_string()), 0, None, "offline")
+                            }
+                            Ok(()) => {
+                                let answer = self.sim.act(&ActionRequest::new(&command, 1));
+                                let status = match answer.status {
+                                    Outcome::Succeeded => CommandStatus::Succeeded,
+                                    Outcome::Failed => CommandStatus::Failed,
+                                };
+                                result(
+                                    &command,
+                                    status,
+                                    answer.reason,
+                                    answer.duration_ms.unwrap_or(0),
+                                    answer.completed_ms,
+                                    "offline",
+                                )
+                            }
+                        };
+                        let offset = self.next_offset("command-results");
+                        queue.push(Input {
+                            topic: "command-results".into(),
+                            partition: 0,
+                            offset,
+                            event: InputEvent::Result(outcome),
+                        });
+                    }
+                    Output::Rejected(_) => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SimConfig;
+    use crate::faults::parse_trace;
+    use unicron_core::{CommandAction, FailureKind};
+
+    fn offline(config: SimConfig, trace: Option<&str>) -> Offline {
+        let trace = trace.map(|t| parse_trace(t, "trace").unwrap());
+        Offline::new(
+            Sim::new(config, trace),
+            DetectorConfig::default(),
+            PlannerConfig::default(),
+        )
+    }
+
+    #[test]
+    fn each_severity_gets_its_action_once_and_in_bounded_time() {
+        let config = SimConfig {
+            mtbf_s: 0.0,
+            ..SimConfig::default()
+        };
+        let trace = "time_s,node,kind\n600,node-001,nccl_timeout\n1200,node-008,cuda_error\n1800,node-014,ecc_error\n2400,node-004,lost_connection\n3000,node-010,task_hang\n";
+        let mut run = offline(config, Some(trace));
+        let summary = run.run_for(3_600.0);
+        eprintln!("{}", summary.table());
+        assert_eq!(summary.failures_injected, 5, "{}", summary.table());
+        let want = [
+            (FailureKind::NcclTimeout, CommandAction::Reattempt),
+            (FailureKind::CudaError, CommandAction::Restart),
+            (FailureKind::EccError, CommandAction::IsolateNode),
+            (FailureKind::LostConnection, CommandAction::IsolateNode),
+            (FailureKind::TaskHang, CommandAction::Restart),
+        ];
+        for (fault, (kind, action)) in summary.faults.iter().zip(want) {
+            assert_eq!(fault.kind, kind);
+            assert_eq!(fault.detected_as, Some(kind), "{fault:?}");
+            let delay = fault.detected_ms.unwrap() - fault.injected_ms;
+            assert!(delay <= 60_000, "{kind}: detected after {delay} ms");
+            assert_eq!(fault.resolved_by, Some(action), "{fault:?}");
+            let to_action = fault.resolved_ms.unwrap() - fault.injected_ms;
+            assert!(to_action <= 90_000, "{kind}: acted on after {to_action} ms");
+        }
+        assert_eq!(summary.failed_actions, 0, "{}", summary.table());
+        assert_eq!(summary.false_detections, 0, "{}", summary.table());
+        assert_eq!(run.flow.rejected_commands, 0);
+        // Two node losses and five recoveries cost something, not everything.
+        assert!(summary.waf_fraction > 0.5 && summary.waf_fraction < 1.0, "{}", summary.waf_fraction);
+    }
+
+    #[test]
+    fn a_healthy_cluster_comes_close_to_the_ideal() {
+        let config = SimConfig {
+            mtbf_s: 0.0,
+            ..SimConfig::default()
+        };
+        let summary = offline(config, None).run_for(3_600.0);
+        assert_eq!(summary.failures_injected, 0);
+        assert_eq!(summary.false_detections, 0, "{}", summary.table());
+        // All that is lost is the two-minute start: 58/60 of the ideal.
+        assert!(
+            (summary.waf_fraction - 58.0 / 60.0).abs() < 0.01,
+            "{}",
+            summary.waf_fraction
+        );
+        assert_eq!(summary.actions_by_kind.get("resume"), Some(&3));
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_run_and_another_seed_another() {
+        let config = |seed| SimConfig {
+            seed,
+            mtbf_s: 600.0,
+            ..SimConfig::default()
+        };
+        let a = offline(config(5), None).run_for(7_200.0);
+        let b = offline(config(5), None).run_for(7_200.0);
+        assert_eq!(a, b);
+        assert!(a.failures_injected >= 3, "{}", a.table());
+        let c = offline(config(6), None).run_for(7_200.0);
+        assert_ne!(a.faults, c.faults);
+    }
+}

@@ -1,0 +1,311 @@
+//! Ground truth: what was injected, when the detector reported it, which
+//! action fixed it, and the work done against the no-failure ideal.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use unicron_core::{CommandAction, FailureEvent, FailureKind};
+
+/// One injected failure and what became of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    pub index: usize,
+    pub kind: FailureKind,
+    pub node: String,
+    pub job: Option<String>,
+    pub gpu: u32,
+    pub injected_ms: i64,
+    pub detected_ms: Option<i64>,
+    /// The kind the detector called it.
+    pub detected_as: Option<FailureKind>,
+    pub resolved_ms: Option<i64>,
+    pub resolved_by: Option<CommandAction>,
+}
+
+impl Fault {
+    pub fn new(
+        index: usize,
+        kind: FailureKind,
+        node: &str,
+        job: Option<String>,
+        gpu: u32,
+        injected_ms: i64,
+    ) -> Fault {
+        Fault {
+            index,
+            kind,
+            node: node.to_string(),
+            job,
+            gpu,
+            injected_ms,
+            detected_ms: None,
+            detected_as: None,
+            resolved_ms: None,
+            resolved_by: None,
+        }
+    }
+}
+
+/// Everything the simulator knows that the control plane should find out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Truth {
+    pub faults: Vec<Fault>,
+    /// Injections that found no eligible node (trace node busy or absent).
+    pub skipped: u64,
+    pub actions: BTreeMap<CommandAction, u64>,
+    pub failed_actions: u64,
+    /// Commands whose effect time had passed when they arrived: the control
+    /// plane was slower than `dispatch_s` at this speed, and the run may not
+    /// reproduce exactly.
+    pub late_actions: u64,
+    pub duplicate_requests: u64,
+    /// Reports that match no injected failure.
+    pub false_detections: u64,
+    /// Further reports of a failure already detected.
+    pub repeat_detections: u64,
+    /// Weighted FLOPs of progress kept (rolled-back work is not).
+    pub work: f64,
+    ideal_rate: f64,
+    start_ms: i64,
+    now_ms: i64,
+    /// (time, weighted FLOP/s) once a simulated minute, for plots.
+    pub timeline: Vec<(i64, f64)>,
+}
+
+const TIMELINE_EVERY_MS: i64 = 60_000;
+const TIMELINE_MAX: usize = 100_000;
+
+impl Truth {
+    pub fn new(ideal_rate: f64, start_ms: i64) -> Truth {
+        Truth {
+            faults: Vec::new(),
+            skipped: 0,
+            actions: BTreeMap::new(),
+            failed_actions: 0,
+            late_actions: 0,
+            duplicate_requests: 0,
+            false_detections: 0,
+            repeat_detections: 0,
+            work: 0.0,
+            ideal_rate,
+            start_ms,
+            now_ms: start_ms,
+            timeline: Vec::new(),
+        }
+    }
+
+    pub fn account(&mut self, now_ms: i64, rate: f64) {
+        self.now_ms = now_ms;
+        if (now_ms - self.start_ms) % TIMELINE_EVERY_MS == 0 && self.timeline.len() < TIMELINE_MAX {
+            self.timeline.push((now_ms, rate));
+        }
+    }
+
+    pub fn count_action(&mut self, action: CommandAction) {
+        *self.actions.entry(action).or_default() += 1;
+    }
+
+    pub fn resolve(&mut self, index: usize, at_ms: i64, by: CommandAction) {
+        let fault = &mut self.faults[index];
+        if fault.resolved_ms.is_none() {
+            fault.resolved_ms = Some(at_ms);
+            fault.resolved_by = Some(by);
+        }
+    }
+
+    /// Matches a report to the earliest undetected failure on its node or
+    /// job injected before it was detected.
+    pub fn observe(&mut self, failure: &FailureEvent) {
+        let touches = |f: &Fault| {
+            failure.node.as_deref() == Some(f.node.as_str())
+                || (failure.job.is_some() && failure.job == f.job)
+        };
+        let open = self.faults.iter().position(|f| {
+            f.detected_ms.is_none() && f.injected_ms <= failure.detected_ms && touches(f)
+        });
+        match open {
+            Some(index) => {
+                let fault = &mut self.faults[index];
+                fault.detected_ms = Some(failure.detected_ms);
+                fault.detected_as = Some(failure.kind);
+            }
+            None if self.faults.iter().any(touches) => self.repeat_detections += 1,
+            None => self.false_detections += 1,
+        }
+    }
+
+    /// Accumulated WAF as a fraction of the no-failure ideal.
+    pub fn waf_fraction(&self) -> f64 {
+        let elapsed_s = (self.now_ms - self.start_ms) as f64 / 1000.0;
+        let ideal = self.ideal_rate * elapsed_s;
+        if ideal > 0.0 { self.work / ideal } else { 0.0 }
+    }
+
+    pub fn ideal_rate(&self) -> f64 {
+        self.ideal_rate
+    }
+
+    pub fn elapsed_s(&self) -> f64 {
+        (self.now_ms - self.start_ms) as f64 / 1000.0
+    }
+}
+
+/// The end-of-run report (`unicron up --summary-json`). Times are
+/// simulated seconds; values are rounded so equal runs print equal files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub cluster: String,
+    pub seed: u64,
+    pub sim_seconds: f64,
+    pub nodes: u32,
+    pub gpus: u32,
+    pub jobs: u32,
+    pub failures_injected: u64,
+    pub failures_detected: u64,
+    pub failures_resolved: u64,
+    pub failures_skipped: u64,
+    pub injected_by_kind: BTreeMap<String, u64>,
+    pub detected_by_kind: BTreeMap<String, u64>,
+    pub mean_detection_delay_s: f64,
+    pub max_detection_delay_s: f64,
+    pub mean_time_to_action_s: f64,
+    pub commands_executed: u64,
+    pub actions_by_kind: BTreeMap<String, u64>,
+    pub failed_actions: u64,
+    pub late_actions: u64,
+    pub duplicate_requests: u64,
+    pub false_detections: u64,
+    pub repeat_detections: u64,
+    pub downtime_s: BTreeMap<String, f64>,
+    pub waf_fraction: f64,
+    pub faults: Vec<Fault>,
+}
+
+/// The action's symbol, as in JSON and the CLI.
+pub fn action_name(action: CommandAction) -> &'static str {
+    match action {
+        CommandAction::Reattempt => "reattempt",
+        CommandAction::Restart => "restart",
+        CommandAction::Reconfigure => "reconfigure",
+        CommandAction::IsolateNode => "isolate_node",
+        CommandAction::Resume => "resume",
+        CommandAction::Pause => "pause",
+        CommandAction::Unknown => "unknown",
+    }
+}
+
+fn round(value: f64, places: i32) -> f64 {
+    let scale = 10f64.powi(places);
+    (value * scale).round() / scale
+}
+
+impl Summary {
+    pub fn new(
+        truth: &Truth,
+        config: &crate::config::SimConfig,
+        downtime_s: BTreeMap<String, f64>,
+    ) -> Summary {
+        let mut injected_by_kind = BTreeMap::new();
+        let mut detected_by_kind = BTreeMap::new();
+        let mut delays = Vec::new();
+        let mut to_action = Vec::new();
+        for fault in &truth.faults {
+            *injected_by_kind.entry(fault.kind.to_string()).or_default() += 1;
+            if let Some(at) = fault.detected_ms {
+                *detected_by_kind.entry(fault.kind.to_string()).or_default() += 1;
+                delays.push((at - fault.injected_ms) as f64 / 1000.0);
+            }
+            if let Some(at) = fault.resolved_ms {
+                to_action.push((at - fault.injected_ms) as f64 / 1000.0);
+            }
+        }
+        let mean = |v: &[f64]| {
+            if v.is_empty() {
+                0.0
+            } else {
+                v.iter().sum::<f64>() / v.len() as f64
+            }
+        };
+        Summary {
+            cluster: config.cluster.clone(),
+            seed: config.seed,
+            sim_seconds: round(truth.elapsed_s(), 3),
+            nodes: config.nodes,
+            gpus: config.nodes * config.gpus_per_node,
+            jobs: config.jobs,
+            failures_injected: truth.faults.len() as u64,
+            failures_detected: delays.len() as u64,
+            failures_resolved: to_action.len() as u64,
+            failures_skipped: truth.skipped,
+            injected_by_kind,
+            detected_by_kind,
+            mean_detection_delay_s: round(mean(&delays), 3),
+            max_detection_delay_s: round(delays.iter().cloned().fold(0.0, f64::max), 3),
+            mean_time_to_action_s: round(mean(&to_action), 3),
+            commands_executed: truth.actions.values().sum(),
+            actions_by_kind: truth
+                .actions
+                .iter()
+                .map(|(a, n)| (action_name(*a).to_string(), *n))
+                .collect(),
+            failed_actions: truth.failed_actions,
+            late_actions: truth.late_actions,
+            duplicate_requests: truth.duplicate_requests,
+            false_detections: truth.false_detections,
+            repeat_detections: truth.repeat_detections,
+            downtime_s: downtime_s.into_iter().map(|(k, v)| (k, round(v, 3))).collect(),
+            waf_fraction: round(truth.waf_fraction(), 6),
+            faults: truth.faults.clone(),
+        }
+    }
+
+    /// The table `unicron up` prints at the end.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "summary: {} s simulated, {} nodes / {} GPUs, {} jobs, seed {}",
+            self.sim_seconds, self.nodes, self.gpus, self.jobs, self.seed
+        );
+        let _ = writeln!(out, "  {:<24} {:>8} {:>8}", "failure kind", "injected", "detected");
+        for (kind, n) in &self.injected_by_kind {
+            let d = self.detected_by_kind.get(kind).copied().unwrap_or(0);
+            let _ = writeln!(out, "  {kind:<24} {n:>8} {d:>8}");
+        }
+        let _ = writeln!(
+            out,
+            "  {:<24} {:>8} {:>8}",
+            "total", self.failures_injected, self.failures_detected
+        );
+        let _ = writeln!(
+            out,
+            "  detection delay: mean {:.1} s, max {:.1} s; failure to action: mean {:.1} s",
+            self.mean_detection_delay_s, self.max_detection_delay_s, self.mean_time_to_action_s
+        );
+        let actions: Vec<String> = self
+            .actions_by_kind
+            .iter()
+            .map(|(a, n)| format!("{a} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  actions: {} executed ({}), {} failed, {} late",
+            self.commands_executed,
+            if actions.is_empty() { "none".to_string() } else { actions.join(", ") },
+            self.failed_actions,
+            self.late_actions
+        );
+        let _ = writeln!(
+            out,
+            "  false detections: {}, repeats: {}",
+            self.false_detections, self.repeat_detections
+        );
+        let _ = writeln!(
+            out,
+            "  WAF achieved: {:.1}% of the no-failure ideal",
+            self.waf_fraction * 100.0
+        );
+        out
+    }
+}
