@@ -1,5 +1,14 @@
-//! unicron-executor: reads `unicron.commands` for its own cluster, verifies
-//! signatures, drops duplicates through `unicron-store`'s dedupe table, acts
-//! through a backend and publishes `unicron.command-results`.
-//!
-//! Thin by design (DESIGN §2): the service loop arrives with the executor issue.
+//! unicron-executor: reads `unicron.commands` for its own cluster, checks
+//! each command with `unicron-core`'s gate (signature, cluster, age), acts
+//! through a backend (HTTP, a local program, or the simulator) at most once
+//! per command id thanks to the store's dedupe table, and publishes
+//! `unicron.command-results` from an outbox (DESIGN §4). Operator docs:
+//! `docs/executor.md`.
+
+mod backend;
+mod dedupe;
+mod service;
+mod settings;
+
+pub use service::{ExecutorError, run};
+pub use settings::{BackendSettings, ExecutorSettings};

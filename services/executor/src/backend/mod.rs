@@ -1,0 +1,184 @@
+//! Where actions are carried out: one attempt per call of a backend, and
+//! the retry loop around it that turns transient trouble into a final
+//! answer.
+
+pub(crate) mod exec;
+mod http;
+
+use std::time::{Duration, Instant};
+
+use unicron_core::executor::{Backoff, Outcome};
+use unicron_core::{Command, CommandAction};
+
+use crate::service::ExecutorError;
+use crate::settings::{BackendSettings, DEFAULT_HTTP_TIMEOUT_S};
+
+/// Bytes of a backend's error text (HTTP body, stderr) kept in a reason.
+const REASON_TAIL_BYTES: usize = 512;
+
+/// A backend's final word on one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    /// The backend's duration if it gave one, else the time from the first
+    /// attempt to the final answer.
+    pub duration_ms: i64,
+    /// Event time the backend says the action completed.
+    pub completed_ms: Option<i64>,
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// A final answer: not retried.
+    Answer {
+        outcome: Outcome,
+        reason: Option<String>,
+        duration_ms: Option<i64>,
+        completed_ms: Option<i64>,
+    },
+    /// Trouble that may pass (backend down, 5xx, spawn failure): retried.
+    Transient(String),
+}
+
+impl Attempt {
+    fn failed(reason: String) -> Attempt {
+        Attempt::Answer {
+            outcome: Outcome::Failed,
+            reason: Some(reason),
+            duration_ms: None,
+            completed_ms: None,
+        }
+    }
+}
+
+/// The configured backend.
+pub enum Backend {
+    Http(http::HttpBackend),
+    Exec(exec::ExecBackend),
+}
+
+impl Backend {
+    pub fn new(settings: &BackendSettings) -> Result<Backend, ExecutorError> {
+        let secs = Duration::from_secs_f64;
+        Ok(match settings {
+            BackendSettings::Http { url, timeout_s } => {
+                Backend::Http(http::HttpBackend::new(url, secs(*timeout_s))?)
+            }
+            BackendSettings::Simulator { url } => {
+                Backend::Http(http::HttpBackend::new(url, secs(DEFAULT_HTTP_TIMEOUT_S))?)
+            }
+            BackendSettings::Exec {
+                program,
+                args,
+                timeout_s,
+            } => Backend::Exec(exec::ExecBackend::new(program, args, secs(*timeout_s))),
+        })
+    }
+
+    /// Carries out `command`, retrying transient errors as `backoff` says.
+    /// Dropping the future abandons the action (the request is cancelled,
+    /// the process killed); the executor sends it again after a restart.
+    pub async fn act(&self, command: &Command, backoff: &Backoff) -> Done {
+        let started = Instant::now();
+        let mut attempt = 1;
+        let done = loop {
+            let answer = match self {
+                Backend::Http(backend) => backend.attempt(command, attempt).await,
+                Backend::Exec(backend) => backend.attempt(command, attempt).await,
+            };
+            let measured_ms = started.elapsed().as_millis().min(i64::MAX as u128) as i64;
+            match answer {
+                Attempt::Answer {
+                    outcome,
+                    reason,
+                    duration_ms,
+                    completed_ms,
+                } => {
+                    break Done {
+                        outcome,
+                        reason,
+                        duration_ms: duration_ms.unwrap_or(measured_ms),
+                        completed_ms,
+                    };
+                }
+                Attempt::Transient(why) => match backoff.delay_ms(attempt) {
+                    Some(delay_ms) => {
+                        tracing::warn!(command = %command.id, attempt, delay_ms, error = %why, "backend unavailable, retrying");
+                        metrics::counter!("unicron_executor_retries_total").increment(1);
+                        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                        attempt += 1;
+                    }
+                    None => {
+                        break Done {
+                            outcome: Outcome::Failed,
+                            reason: Some(format!(
+                                "backend unavailable after {attempt} attempts: {why}"
+                            )),
+                            duration_ms: measured_ms,
+                            completed_ms: None,
+                        };
+                    }
+                },
+            }
+        };
+        metrics::histogram!("unicron_executor_backend_seconds")
+            .record(started.elapsed().as_secs_f64());
+        done
+    }
+}
+
+/// The action's name as the HTTP contract and the exec templates spell it.
+pub fn action_name(action: CommandAction) -> &'static str {
+    match action {
+        CommandAction::Reattempt => "reattempt",
+        CommandAction::Restart => "restart",
+        CommandAction::Reconfigure => "reconfigure",
+        CommandAction::IsolateNode => "isolate_node",
+        CommandAction::Resume => "resume",
+        CommandAction::Pause => "pause",
+        CommandAction::Unknown => "unknown",
+    }
+}
+
+/// The last `REASON_TAIL_BYTES` of `text`, trimmed, cut at a character
+/// boundary: the end of an error message is where the cause usually is.
+fn tail(text: &str) -> &str {
+    let text = text.trim();
+    let mut start = text.len().saturating_sub(REASON_TAIL_BYTES);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_keep_the_end_at_a_char_boundary() {
+        assert_eq!(tail("  short\n"), "short");
+        let long = format!("{}é{}", "a".repeat(600), "b".repeat(510));
+        let kept = tail(&long);
+        assert!(kept.len() <= REASON_TAIL_BYTES);
+        assert!(kept.ends_with("bbb"));
+    }
+
+    #[test]
+    fn action_names_match_the_json_contract() {
+        for action in [
+            CommandAction::Reattempt,
+            CommandAction::Restart,
+            CommandAction::Reconfigure,
+            CommandAction::IsolateNode,
+            CommandAction::Resume,
+            CommandAction::Pause,
+            CommandAction::Unknown,
+        ] {
+            let json = serde_json::to_string(&action).unwrap();
+            assert_eq!(json, format!("\"{}\"", action_name(action)));
+        }
+    }
+}

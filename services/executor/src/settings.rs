@@ -1,0 +1,360 @@
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use ed25519_dalek::VerifyingKey;
+use serde::{Deserialize, Serialize};
+use unicron_core::executor::{Backoff, Gate};
+
+use crate::backend::exec::PLACEHOLDERS;
+use crate::service::ExecutorError;
+
+/// The `[executor]` section of the configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutorSettings {
+    /// The cluster this executor acts for: records keyed with another
+    /// cluster are skipped, commands signed for another are rejected.
+    pub cluster: String,
+    /// Executor id written into every result.
+    pub name: String,
+    /// Consumer group; `None` means `unicron-executor.{cluster}`.
+    pub group_id: Option<String>,
+    /// RocksDB directory: dedupe table, gate watermark, offsets, outbox.
+    pub state_dir: PathBuf,
+    /// fsync every commit (survives power loss, not only kill -9).
+    pub sync_writes: bool,
+    /// Trusted planner keys: key id → Ed25519 public key as 64 hex digits.
+    /// Several at once allow key rotation.
+    pub public_keys: BTreeMap<String, String>,
+    /// A command older than the newest verified one by more than this
+    /// (event time, seconds) is rejected as expired.
+    pub command_ttl_s: f64,
+    /// Retries of transient backend errors.
+    pub backoff: Backoff,
+    /// Where actions are carried out.
+    pub backend: BackendSettings,
+}
+
+/// How the executor carries out an action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BackendSettings {
+    /// `POST url` with the JSON contract of `docs/executor.md`.
+    Http {
+        url: String,
+        #[serde(default = "default_http_timeout_s")]
+        timeout_s: f64,
+    },
+    /// Runs `program` with templated `args` (no shell), once per attempt.
+    Exec {
+        program: String,
+        #[serde(default)]
+        args: Vec<String>,
+        #[serde(default = "default_exec_timeout_s")]
+        timeout_s: f64,
+    },
+    /// The HTTP backend pointed at `unicron-simulator`.
+    Simulator {
+        #[serde(default = "default_simulator_url")]
+        url: String,
+    },
+}
+
+/// Request timeout of the HTTP and simulator backends, seconds.
+pub const DEFAULT_HTTP_TIMEOUT_S: f64 = 30.0;
+const DEFAULT_EXEC_TIMEOUT_S: f64 = 300.0;
+const DEFAULT_SIMULATOR_URL: &str = "http://127.0.0.1:8090/actions";
+
+fn default_http_timeout_s() -> f64 {
+    DEFAULT_HTTP_TIMEOUT_S
+}
+
+fn default_exec_timeout_s() -> f64 {
+    DEFAULT_EXEC_TIMEOUT_S
+}
+
+fn default_simulator_url() -> String {
+    DEFAULT_SIMULATOR_URL.to_string()
+}
+
+impl Default for BackendSettings {
+    fn default() -> Self {
+        BackendSettings::Simulator {
+            url: default_simulator_url(),
+        }
+    }
+}
+
+impl Default for ExecutorSettings {
+    fn default() -> Self {
+        ExecutorSettings {
+            cluster: "sim".to_string(),
+            name: "executor".to_string(),
+            group_id: None,
+            state_dir: PathBuf::from("unicron-state/executor"),
+            sync_writes: false,
+            public_keys: BTreeMap::new(),
+            command_ttl_s: 3600.0,
+            backoff: Backoff::default(),
+            backend: BackendSettings::default(),
+        }
+    }
+}
+
+impl ExecutorSettings {
+    /// The consumer group: each cluster's executor has its own and reads
+    /// every partition of the commands topic.
+    pub fn group(&self) -> String {
+        self.group_id
+            .clone()
+            .unwrap_or_else(|| format!("unicron-executor.{}", self.cluster))
+    }
+
+    /// The gate for this cluster, trusting `public_keys`.
+    pub fn gate(&self) -> Result<Gate, ExecutorError> {
+        let mut keys = BTreeMap::new();
+        for (id, text) in &self.public_keys {
+            keys.insert(
+                id.clone(),
+                parse_key(text).map_err(|e| config(format!("executor.public_keys.{id}: {e}")))?,
+            );
+        }
+        Ok(Gate::new(self.cluster.clone(), keys, self.ttl_ms()?))
+    }
+
+    /// The first setting that makes no sense, naming its field.
+    pub fn validate(&self) -> Result<(), ExecutorError> {
+        if self.cluster.is_empty() {
+            return Err(config("executor.cluster: must not be empty"));
+        }
+        if self.name.is_empty() {
+            return Err(config("executor.name: must not be empty"));
+        }
+        if self.group_id.as_deref() == Some("") {
+            return Err(config("executor.group_id: must not be empty"));
+        }
+        if self.public_keys.is_empty() {
+            return Err(config(
+                "executor.public_keys: at least one planner key is needed (key id = 64 hex digits)",
+            ));
+        }
+        self.gate()?;
+        if self.backoff.max_attempts == 0 {
+            return Err(config("executor.backoff.max_attempts: must be at least 1"));
+        }
+        if self.backoff.initial_ms > self.backoff.max_ms {
+            return Err(config(format!(
+                "executor.backoff.initial_ms: {} is above max_ms {}",
+                self.backoff.initial_ms, self.backoff.max_ms
+            )));
+        }
+        self.backend.validate()
+    }
+
+    fn ttl_ms(&self) -> Result<i64, ExecutorError> {
+        seconds("executor.command_ttl_s", self.command_ttl_s)?;
+        Ok((self.command_ttl_s * 1000.0).round() as i64)
+    }
+}
+
+impl BackendSettings {
+    fn validate(&self) -> Result<(), ExecutorError> {
+        match self {
+            BackendSettings::Http { url, timeout_s } => {
+                http_url(url)?;
+                seconds("executor.backend.timeout_s", *timeout_s)
+            }
+            BackendSettings::Simulator { url } => http_url(url),
+            BackendSettings::Exec {
+                program,
+                args,
+                timeout_s,
+            } => {
+                if program.is_empty() {
+                    return Err(config("executor.backend.program: must not be empty"));
+                }
+                for (i, arg) in args.iter().enumerate() {
+                    if let Some(name) = unknown_placeholder(arg) {
+                        return Err(config(format!(
+                            "executor.backend.args[{i}]: unknown placeholder {{{name}}} (known: {})",
+                            PLACEHOLDERS.join(" ")
+                        )));
+                    }
+                }
+                seconds("executor.backend.timeout_s", *timeout_s)
+            }
+        }
+    }
+}
+
+fn config(message: impl Into<String>) -> ExecutorError {
+    ExecutorError::Config(message.into())
+}
+
+fn parse_key(text: &str) -> Result<VerifyingKey, &'static str> {
+    let bytes: [u8; 32] = hex::decode(text.trim())
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or("not 64 hex digits")?;
+    VerifyingKey::from_bytes(&bytes).map_err(|_| "not an Ed25519 public key")
+}
+
+/// Positive and finite, and small enough to be a `Duration`.
+fn seconds(field: &str, value: f64) -> Result<(), ExecutorError> {
+    if value.is_finite() && value > 0.0 && value < 1e12 {
+        Ok(())
+    } else {
+        Err(config(format!(
+            "{field}: must be a positive number of seconds, not {value}"
+        )))
+    }
+}
+
+fn http_url(url: &str) -> Result<(), ExecutorError> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(()),
+        Ok(parsed) => Err(config(format!(
+            "executor.backend.url: scheme `{}` is not http or https",
+            parsed.scheme()
+        ))),
+        Err(e) => Err(config(format!("executor.backend.url: `{url}`: {e}"))),
+    }
+}
+
+/// The first `{name}` in `arg` that is not a known placeholder.
+fn unknown_placeholder(arg: &str) -> Option<&str> {
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        let name = &after[..close];
+        if !PLACEHOLDERS.contains(&name) {
+            return Some(name);
+        }
+        rest = &after[close + 1..];
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use unicron_core::signing::CommandSigner;
+
+    fn key() -> String {
+        hex::encode(
+            CommandSigner::from_seed("k1", [3; 32])
+                .verifying_key()
+                .as_bytes(),
+        )
+    }
+
+    fn valid() -> ExecutorSettings {
+        let mut settings = ExecutorSettings::default();
+        settings.public_keys.insert("k1".into(), key());
+        settings
+    }
+
+    fn error(settings: &ExecutorSettings) -> String {
+        settings.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_read_the_simulator_with_their_own_group() {
+        let settings = valid();
+        settings.validate().unwrap();
+        assert_eq!(settings.group(), "unicron-executor.sim");
+        assert_eq!(
+            settings.backend,
+            BackendSettings::Simulator {
+                url: "http://127.0.0.1:8090/actions".into()
+            }
+        );
+        assert_eq!(settings.gate().unwrap().cluster(), "sim");
+    }
+
+    #[test]
+    fn backends_parse_from_toml() {
+        let settings: ExecutorSettings = toml::from_str(&format!(
+            r#"
+            cluster = "a"
+            public_keys = {{ k1 = "{}" }}
+            backend = {{ kind = "exec", program = "/bin/act", args = ["{{action}}", "--nodes={{nodes}}"] }}
+            "#,
+            key()
+        ))
+        .unwrap();
+        settings.validate().unwrap();
+        assert!(
+            matches!(settings.backend, BackendSettings::Exec { timeout_s, .. } if timeout_s == 300.0)
+        );
+        let http: BackendSettings = toml::from_str(
+            r#"kind = "http"
+url = "https://ops.example/act""#,
+        )
+        .unwrap();
+        assert_eq!(
+            http,
+            BackendSettings::Http {
+                url: "https://ops.example/act".into(),
+                timeout_s: 30.0
+            }
+        );
+        assert!(
+            toml::from_str::<BackendSettings>("kind = \"http\"\nurl = \"x\"\nretries = 3").is_err()
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let mut s = valid();
+        s.public_keys.insert("k2".into(), "abc".into());
+        assert_eq!(error(&s), "executor.public_keys.k2: not 64 hex digits");
+
+        let mut s = valid();
+        s.public_keys.clear();
+        assert!(error(&s).starts_with("executor.public_keys: "));
+
+        let mut s = valid();
+        s.command_ttl_s = 0.0;
+        assert!(
+            error(&s).starts_with("executor.command_ttl_s: "),
+            "{}",
+            error(&s)
+        );
+
+        let mut s = valid();
+        s.backend = BackendSettings::Http {
+            url: "not a url".into(),
+            timeout_s: 1.0,
+        };
+        assert!(
+            error(&s).starts_with("executor.backend.url: "),
+            "{}",
+            error(&s)
+        );
+
+        let mut s = valid();
+        s.backend = BackendSettings::Simulator {
+            url: "ftp://h/x".into(),
+        };
+        assert!(error(&s).contains("not http or https"), "{}", error(&s));
+
+        let mut s = valid();
+        s.backend = BackendSettings::Exec {
+            program: "act".into(),
+            args: vec!["{job}".into(), "{jobs}".into()],
+            timeout_s: 1.0,
+        };
+        assert!(
+            error(&s).starts_with("executor.backend.args[1]: unknown placeholder {jobs}"),
+            "{}",
+            error(&s)
+        );
+
+        let mut s = valid();
+        s.backoff.max_attempts = 0;
+        assert!(error(&s).starts_with("executor.backoff.max_attempts"));
+    }
+}
