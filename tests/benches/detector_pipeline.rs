@@ -100,6 +100,7 @@ async fn run() {
                 index: 0,
             },
             observation: Observation::Telemetry(batch),
+            caught_up: true,
         };
         failures += detector.apply(&input).len();
     }

@@ -23,6 +23,11 @@ pub struct InboundRecord {
     pub payload: Vec<u8>,
     /// The record's Kafka timestamp, ms since the Unix epoch, when it has one.
     pub timestamp_ms: Option<i64>,
+    /// Nothing newer was on the partition when this record was fetched: the
+    /// consumer has caught up with it. Event-time watermarks must not wait
+    /// for a caught-up partition (it may be silent because its nodes died),
+    /// and must wait for one that is behind.
+    pub caught_up: bool,
 }
 
 /// A consumer-group member. Offsets are stored explicitly with
@@ -119,7 +124,9 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 Err(e) => return Err(e.into()),
             }
         };
+        let caught_up = self.at_end(message.topic(), message.partition(), message.offset());
         let record = InboundRecord {
+            caught_up,
             topic: message.topic().to_string(),
             partition: message.partition(),
             offset: message.offset(),
@@ -132,6 +139,32 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         };
         metrics::counter!(RECORDS_IN, "topic" => record.topic.clone()).increment(1);
         Ok(record)
+    }
+
+    /// Whether `offset` is the last record the broker had on the partition
+    /// at the latest fetch. librdkafka caches the high watermark from every
+    /// fetch response; rdkafka wraps only the network query for it, so this
+    /// reads the cache through the C API (no I/O, no blocking).
+    fn at_end(&self, topic: &str, partition: i32, offset: i64) -> bool {
+        let Ok(topic) = std::ffi::CString::new(topic) else {
+            return false;
+        };
+        let (mut low, mut high) = (-1i64, -1i64);
+        // SAFETY: the client pointer is valid while `self.inner` lives; the
+        // topic is a NUL-terminated string that outlives the call; low and
+        // high are valid for writes.
+        let code = unsafe {
+            rdkafka::bindings::rd_kafka_get_watermark_offsets(
+                self.inner.client().native_ptr(),
+                topic.as_ptr(),
+                partition,
+                &mut low,
+                &mut high,
+            )
+        };
+        code == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            && high >= 0
+            && offset + 1 >= high
     }
 
     /// The next record that `decode` accepts. Oversized records and records

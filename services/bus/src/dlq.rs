@@ -94,6 +94,7 @@ mod tests {
             key: Some(b"node-1".to_vec()),
             payload: vec![7; 1000],
             timestamp_ms: None,
+            caught_up: false,
         };
         let letter = dead_letter(&record, "avro LogRecord: bad", "detector", 100);
         assert_eq!(letter.payload.len(), 100);

@@ -43,6 +43,7 @@ impl Harness {
                 index: 0,
             },
             observation,
+            caught_up: true,
         };
         for output in self.detector.apply(&input) {
             match output {

@@ -325,6 +325,26 @@ fn no_command_when_nothing_changes() {
 }
 
 #[test]
+fn rejections_of_forged_copies_leave_the_real_command_in_flight() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let cmd = commands(&p.apply(&feed.failure("a", "n2", FailureKind::NcclTimeout)))[0].clone();
+    for (reason, stays) in [
+        ("unsigned: the command carries no signature", true),
+        ("forged: signature does not match the command", true),
+        ("expired: issued long ago", false),
+    ] {
+        let mut input = feed.result(&cmd, CommandStatus::Rejected);
+        if let InputEvent::Result(r) = &mut input.event {
+            r.reason = Some(reason.into());
+        }
+        p.apply(&input);
+        let in_flight = p.cluster("a").unwrap().in_flight.contains_key(&cmd.id);
+        assert_eq!(in_flight, stays, "{reason}");
+    }
+}
+
+#[test]
 fn repaired_node_is_given_back() {
     let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
     two_jobs(&mut p, &mut feed, "a");

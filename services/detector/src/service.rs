@@ -143,6 +143,7 @@ pub async fn run(
                     index: index as u32,
                 },
                 observation,
+                caught_up: record.caught_up,
             };
             for output in detector.apply(&input) {
                 match output {

@@ -31,6 +31,17 @@ pub enum Command {
     Planner,
     /// Run the detector service against `kafka.brokers`.
     Detector,
+    /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.public_keys).
+    Executor,
+    /// Run the simulated cluster against `kafka.brokers` until Ctrl-C or --duration.
+    Sim {
+        /// Stop after this much real time and print the summary.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        duration: Option<Duration>,
+        /// Write the ground-truth summary as JSON to this file at the end.
+        #[arg(long, value_name = "FILE")]
+        summary_json: Option<PathBuf>,
+    },
     /// Classify log lines from stdin with the detector's rules: one JSON object per line.
     Classify {
         /// Rules layered over the built-ins; defaults to `detector.rules_file`.
@@ -67,9 +78,30 @@ pub struct UpArgs {
     /// Use this Kafka instead of the embedded broker.
     #[arg(long, value_name = "HOST:PORT")]
     pub brokers: Option<String>,
-    /// Stop after this long (e.g. 90s, 10m, 2h) instead of at Ctrl-C.
+    /// Stop after this long (e.g. 90s, 10m, 2h) of real time instead of at Ctrl-C.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub duration: Option<Duration>,
+    /// Write the end-of-run summary as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<PathBuf>,
+    /// Run the services without the simulator (external producers feed them).
+    #[arg(long)]
+    pub no_sim: bool,
+    /// Simulated nodes (8 GPUs each by default); overrides sim.nodes.
+    #[arg(long, value_name = "N")]
+    pub sim_nodes: Option<u32>,
+    /// Simulated training jobs; overrides sim.jobs.
+    #[arg(long, value_name = "N")]
+    pub sim_jobs: Option<u32>,
+    /// Simulated seconds per real second; overrides sim.speed.
+    #[arg(long, value_name = "X")]
+    pub speed: Option<f64>,
+    /// Seed of the simulation: the same seed gives the same run; overrides sim.seed.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Inject failures from this CSV (time_s,node,kind) instead of the taxonomy mix.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }
 
 /// `90`, `90s`, `10m` or `2h`.
@@ -102,6 +134,11 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Plan { input } => crate::plan::run(&input),
         Command::Planner => crate::services::planner(&config).await,
         Command::Detector => crate::services::detector(&config).await,
+        Command::Executor => crate::services::executor(&config).await,
+        Command::Sim {
+            duration,
+            summary_json,
+        } => crate::services::sim(&config, duration, summary_json).await,
         Command::Classify { rules } => crate::classify::run(&config, rules),
     }
 }

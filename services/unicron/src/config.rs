@@ -13,15 +13,19 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use unicron_bus::KafkaConfig;
 use unicron_detector::DetectorSettings;
+use unicron_executor::ExecutorSettings;
 use unicron_planner::PlannerSettings;
+use unicron_simulator::SimConfig;
 
 /// Sections whose keys the environment may override.
-const ENV_SECTIONS: [&str; 5] = [
+const ENV_SECTIONS: [&str; 7] = [
     "kafka__",
     "metrics__",
     "embedded__",
     "planner__",
     "detector__",
+    "executor__",
+    "sim__",
 ];
 
 /// The whole configuration of the `unicron` binary.
@@ -33,6 +37,8 @@ pub struct Config {
     pub embedded: EmbeddedConfig,
     pub planner: PlannerSettings,
     pub detector: DetectorSettings,
+    pub executor: ExecutorSettings,
+    pub sim: SimConfig,
 }
 
 /// `[metrics]`: where the Prometheus endpoint listens.
@@ -118,6 +124,14 @@ impl Config {
         self.detector
             .validate()
             .map_err(|e| ConfigError(e.to_string()))?;
+        // `unicron up` supplies the planner's key itself; with keys given,
+        // the whole section must make sense.
+        if !self.executor.public_keys.is_empty() {
+            self.executor
+                .validate()
+                .map_err(|e| ConfigError(e.to_string()))?;
+        }
+        self.sim.validate().map_err(ConfigError)?;
         Ok(())
     }
 }

@@ -57,3 +57,63 @@ pub fn signer_or_dev_key(config: &Config) -> anyhow::Result<(CommandSigner, bool
         .context("reading /dev/urandom for a development signing key")?;
     Ok((CommandSigner::from_seed("dev", seed), true))
 }
+
+/// `unicron executor`: one cluster's executor against an existing Kafka.
+pub async fn executor(config: &Config) -> anyhow::Result<()> {
+    let Some(brokers) = config.kafka.brokers.clone() else {
+        bail!(
+            "kafka.brokers: required for `unicron executor` (use `unicron up` for the embedded broker)"
+        );
+    };
+    config.executor.validate().context("executor")?;
+    println!(
+        "executor: cluster {} as {}, group {} on {brokers}",
+        config.executor.cluster,
+        config.executor.name,
+        config.executor.group()
+    );
+    unicron_executor::run(&config.kafka, &brokers, &config.executor, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .context("executor")
+}
+
+/// `unicron sim`: the simulated cluster against an existing Kafka, for
+/// trying deployed services; prints the ground truth at the end.
+pub async fn sim(
+    config: &Config,
+    duration: Option<std::time::Duration>,
+    summary_json: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    let Some(brokers) = config.kafka.brokers.clone() else {
+        bail!(
+            "kafka.brokers: required for `unicron sim` (use `unicron up` for the embedded broker)"
+        );
+    };
+    let sim_config = config.sim.clone();
+    let end_s = duration.map(|d| d.as_secs_f64() * sim_config.speed);
+    let running = unicron_simulator::start(&config.kafka, &brokers, sim_config.clone(), end_s)
+        .await
+        .context("simulator")?;
+    println!(
+        "sim: cluster {}, {} nodes, {} jobs, seed {}, speed {}x, actions at http://{}/actions, on {brokers}",
+        sim_config.cluster,
+        sim_config.nodes,
+        sim_config.jobs,
+        sim_config.seed,
+        sim_config.speed,
+        running.addr
+    );
+    tokio::select! {
+        () = running.ended(), if end_s.is_some() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    let summary = running.stop().await.context("simulator")?;
+    print!("{}", summary.table());
+    if let Some(path) = summary_json {
+        std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,21 +1,35 @@
-//! `unicron up`: everything on one machine. It hosts the embedded broker
-//! (or connects to `--brokers`), creates the topics, runs the detector and
-//! the planner and serves metrics; the executor and simulator join it with
-//! their issues.
+//! `unicron up`: the whole self-healing loop on one machine. It hosts the
+//! embedded broker (or connects to `--brokers`), creates the topics, and
+//! runs detector, planner, executor and the simulated cluster together,
+//! with a live progress line and a summary at the end.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
 
 use anyhow::Context;
+use tokio::task::JoinHandle;
 use unicron_bus::admin::{TopicReport, TopicStatus, ensure_topics};
 use unicron_bus::{EmbeddedBroker, Topology};
+use unicron_executor::{BackendSettings, ExecutorSettings};
+use unicron_simulator::{Progress, SimConfig, Summary};
 
 use crate::cli::UpArgs;
 use crate::config::Config;
 
+/// Real time the services get, after the simulation ends, to finish what
+/// is in flight before the summary is taken.
+const SETTLE: Duration = Duration::from_secs(2);
+
+type Service = JoinHandle<anyhow::Result<()>>;
+
 pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     let topology = Topology::builtin();
     let prefix = &config.kafka.topic_prefix;
-    let brokers = args.brokers.or_else(|| config.kafka.brokers.clone());
+    let brokers = args
+        .brokers
+        .clone()
+        .or_else(|| config.kafka.brokers.clone());
+    let sim_config = sim_config(config, &args)?;
 
     // Kept alive until the end of the run; dropping it stops the broker.
     let mut _embedded = None;
@@ -48,27 +62,31 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         reports.len() - created
     );
 
-    // The planner, on a state directory of this run unless one is configured.
+    let scratch = tempfile::Builder::new().prefix("unicron-up-").tempdir()?;
+    let mut stops = Vec::new();
+    let mut services: Vec<(&str, Service)> = Vec::new();
+
+    // Planner, on a state directory of this run unless one is configured.
     let (signer, dev_key) = crate::services::signer_or_dev_key(config)?;
     let mut planner_settings = config.planner.clone();
-    let default_dir = unicron_planner::PlannerSettings::default().state_dir;
-    let _scratch = if planner_settings.state_dir == default_dir {
-        let dir = tempfile::Builder::new().prefix("unicron-up-").tempdir()?;
-        planner_settings.state_dir = dir.path().join("planner");
-        Some(dir)
-    } else {
-        None
-    };
-    let public = hex_key(&signer);
-    let kafka = config.kafka.clone();
-    let planner_brokers = bootstrap.clone();
-    let (stop_planner, planner_stopped) = tokio::sync::oneshot::channel::<()>();
-    let planner = tokio::spawn(async move {
-        unicron_planner::run(&kafka, &planner_brokers, &planner_settings, signer, async {
-            let _ = planner_stopped.await;
-        })
-        .await
-    });
+    if planner_settings.state_dir == unicron_planner::PlannerSettings::default().state_dir {
+        planner_settings.state_dir = scratch.path().join("planner");
+    }
+    let public = hex::encode(signer.verifying_key().to_bytes());
+    let key_id = signer.key_id.clone();
+    let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    stops.push(stop);
+    services.push((
+        "planner",
+        tokio::spawn(async move {
+            unicron_planner::run(&kafka, &at, &planner_settings, signer, async {
+                let _ = stopped.await;
+            })
+            .await
+            .context("planner")
+        }),
+    ));
     println!(
         "planner: policy {}, signing key {}{}",
         config.planner.tuning.policy.as_str(),
@@ -80,16 +98,23 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         }
     );
 
-    let kafka = config.kafka.clone();
-    let detector_brokers = bootstrap.clone();
-    let detector_settings = config.detector.clone();
-    let (stop_detector, detector_stopped) = tokio::sync::oneshot::channel::<()>();
-    let detector = tokio::spawn(async move {
-        unicron_detector::run(&kafka, &detector_brokers, &detector_settings, async {
-            let _ = detector_stopped.await;
-        })
-        .await
-    });
+    let (kafka, at, settings) = (
+        config.kafka.clone(),
+        bootstrap.clone(),
+        config.detector.clone(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    stops.push(stop);
+    services.push((
+        "detector",
+        tokio::spawn(async move {
+            unicron_detector::run(&kafka, &at, &settings, async {
+                let _ = stopped.await;
+            })
+            .await
+            .context("detector")
+        }),
+    ));
     println!(
         "detector: {} rules{}",
         config.detector.rules()?.len(),
@@ -101,6 +126,68 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             .collect::<String>()
     );
 
+    // The simulated cluster, then its executor pointed at it.
+    let sim = match &sim_config {
+        Some(sim_config) => {
+            let end_s = args.duration.map(|d| d.as_secs_f64() * sim_config.speed);
+            let sim =
+                unicron_simulator::start(&config.kafka, &bootstrap, sim_config.clone(), end_s)
+                    .await
+                    .context("simulator")?;
+            Some(sim)
+        }
+        None => None,
+    };
+    let mut executor_settings = config.executor.clone();
+    if executor_settings.state_dir == ExecutorSettings::default().state_dir {
+        executor_settings.state_dir = scratch.path().join("executor");
+    }
+    executor_settings
+        .public_keys
+        .entry(key_id.clone())
+        .or_insert(public.clone());
+    if let (Some(sim), Some(sim_config)) = (&sim, &sim_config) {
+        executor_settings.cluster = sim_config.cluster.clone();
+        if matches!(executor_settings.backend, BackendSettings::Simulator { .. }) {
+            executor_settings.backend = BackendSettings::Simulator {
+                url: format!("http://{}/actions", sim.addr),
+            };
+        }
+    }
+    let run_executor =
+        sim.is_some() || !matches!(executor_settings.backend, BackendSettings::Simulator { .. });
+    if run_executor {
+        executor_settings.validate().context("executor")?;
+        println!(
+            "executor: cluster {}, backend {}",
+            executor_settings.cluster,
+            describe(&executor_settings.backend)
+        );
+        let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        stops.push(stop);
+        services.push((
+            "executor",
+            tokio::spawn(async move {
+                unicron_executor::run(&kafka, &at, &executor_settings, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .context("executor")
+            }),
+        ));
+    } else {
+        println!(
+            "executor: not started (no simulator; set executor.backend to an http or exec backend)"
+        );
+    }
+    if let (Some(sim), Some(c)) = (&sim, &sim_config) {
+        println!(
+            "sim: cluster {}, {} nodes x {} GPUs, {} jobs, seed {}, speed {}x, actions at http://{}/actions",
+            c.cluster, c.nodes, c.gpus_per_node, c.jobs, c.seed, c.speed, sim.addr
+        );
+    }
+
     let _metrics = if config.metrics.enabled {
         let server = unicron_bus::metrics::serve(config.metrics.listen).await?;
         println!("metrics: http://{}/metrics", server.addr);
@@ -110,44 +197,151 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     };
     std::io::stdout().flush().ok();
 
-    let wait = async {
-        match args.duration {
-            Some(duration) => tokio::time::sleep(duration).await,
-            None => {
-                println!("running; Ctrl-C to stop");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+    let outcome = watch(&args, sim.as_ref(), &mut services).await;
+    if outcome.is_ok()
+        && let Some(sim) = &sim
+        && sim.progress().ended
+    {
+        tokio::time::sleep(SETTLE).await;
+    }
+    let summary = match sim {
+        Some(sim) => Some(sim.stop().await.context("simulator")?),
+        None => None,
     };
-    tokio::pin!(planner);
-    tokio::pin!(detector);
-    tokio::select! {
-        () = wait => {}
-        result = &mut planner => {
-            result.context("planner task")?.context("planner")?;
-        }
-        result = &mut detector => {
-            result.context("detector task")?.context("detector")?;
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    let grace = Duration::from_secs(10);
+    for (_, service) in services {
+        if !service.is_finished() {
+            let _ = tokio::time::timeout(grace, service).await;
         }
     }
-    let _ = stop_planner.send(());
-    let _ = stop_detector.send(());
-    let grace = std::time::Duration::from_secs(10);
-    if !planner.is_finished() {
-        let _ = tokio::time::timeout(grace, planner).await;
-    }
-    if !detector.is_finished() {
-        let _ = tokio::time::timeout(grace, detector).await;
+    outcome?;
+    if let Some(summary) = summary {
+        print!("{}", summary.table());
+        if let Some(path) = &args.summary_json {
+            write_summary(path, &summary)?;
+            println!("summary written to {}", path.display());
+        }
     }
     println!("stopped");
     Ok(())
 }
 
-fn hex_key(signer: &unicron_core::signing::CommandSigner) -> String {
-    signer
-        .verifying_key()
-        .to_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+/// Waits for Ctrl-C, the end of `--duration`, or a service failing, and
+/// shows progress meanwhile.
+async fn watch(
+    args: &UpArgs,
+    sim: Option<&unicron_simulator::Running>,
+    services: &mut [(&str, Service)],
+) -> anyhow::Result<()> {
+    let tty = std::io::stdout().is_terminal();
+    let deadline = async {
+        match (sim, args.duration) {
+            (Some(sim), Some(_)) => sim.ended().await,
+            (None, Some(duration)) => tokio::time::sleep(duration).await,
+            (_, None) => {
+                println!("running; Ctrl-C to stop");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    };
+    tokio::pin!(deadline);
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    let mut ticks = 0u64;
+    loop {
+        tokio::select! {
+            () = &mut deadline => break,
+            _ = tokio::signal::ctrl_c(), if args.duration.is_some() => break,
+            _ = ticker.tick() => {
+                ticks += 1;
+                if let Some(sim) = sim {
+                    let line = progress_line(&sim.progress());
+                    if tty {
+                        print!("\r{line}   ");
+                        std::io::stdout().flush().ok();
+                    } else if ticks % 10 == 0 {
+                        println!("{line}");
+                    }
+                }
+                for (name, service) in services.iter_mut() {
+                    if service.is_finished() {
+                        if tty {
+                            println!();
+                        }
+                        return match service.await {
+                            Ok(Ok(())) => Err(anyhow::anyhow!("{name} stopped unexpectedly")),
+                            Ok(Err(e)) => Err(e),
+                            Err(e) => Err(anyhow::anyhow!("{name} task: {e}")),
+                        };
+                    }
+                }
+            }
+        }
+    }
+    if tty && sim.is_some() {
+        println!();
+    }
+    Ok(())
+}
+
+fn progress_line(p: &Progress) -> String {
+    let s = p.sim_s as u64;
+    format!(
+        "sim {:02}:{:02}:{:02} | failures injected {} detected {} acted on {} | commands {} | WAF now {:.1}%, so far {:.1}% of ideal",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        p.injected,
+        p.detected,
+        p.acted_on,
+        p.commands,
+        p.waf_now * 100.0,
+        p.waf_fraction * 100.0
+    )
+}
+
+fn describe(backend: &BackendSettings) -> String {
+    match backend {
+        BackendSettings::Http { url, .. } => format!("http {url}"),
+        BackendSettings::Exec { program, .. } => format!("exec {program}"),
+        BackendSettings::Simulator { url } => format!("simulator {url}"),
+    }
+}
+
+/// The simulator's settings with the command line's overrides, or `None`
+/// with `--no-sim`.
+fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig>> {
+    if args.no_sim {
+        return Ok(None);
+    }
+    let mut sim = config.sim.clone();
+    if let Some(n) = args.sim_nodes {
+        sim.nodes = n;
+    }
+    if let Some(n) = args.sim_jobs {
+        sim.jobs = n;
+    }
+    if let Some(speed) = args.speed {
+        sim.speed = speed;
+    }
+    if let Some(seed) = args.seed {
+        sim.seed = seed;
+    }
+    if let Some(trace) = &args.trace {
+        sim.trace = Some(trace.clone());
+    }
+    if sim.listen == SimConfig::default().listen {
+        // A free port: several runs on one machine must not collide.
+        sim.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    }
+    sim.validate()
+        .map_err(|e| crate::cli::UsageError(e.replace("sim.nodes", "--sim-nodes / sim.nodes")))?;
+    Ok(Some(sim))
+}
+
+fn write_summary(path: &std::path::Path, summary: &Summary) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(summary).expect("summary serialises");
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }

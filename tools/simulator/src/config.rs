@@ -111,19 +111,27 @@ impl SimConfig {
             return bad("nodes", format!("{} is not between 1 and 4096", self.nodes));
         }
         if self.gpus_per_node == 0 || self.gpus_per_node > 64 {
-            return bad("gpus_per_node", format!("{} is not between 1 and 64", self.gpus_per_node));
+            return bad(
+                "gpus_per_node",
+                format!("{} is not between 1 and 64", self.gpus_per_node),
+            );
         }
         if self.jobs == 0 {
             return bad("jobs", "must be at least 1".into());
         }
         let need: u32 = (0..self.jobs)
-            .map(|i| crate::profiles::MODELS[i as usize % crate::profiles::MODELS.len()].replica_gpus)
+            .map(|i| {
+                crate::profiles::MODELS[i as usize % crate::profiles::MODELS.len()].replica_gpus
+            })
             .map(|g| g.div_ceil(self.gpus_per_node))
             .sum();
         if need > self.nodes {
             return bad(
                 "jobs",
-                format!("{} jobs need at least {need} nodes, the cluster has {}", self.jobs, self.nodes),
+                format!(
+                    "{} jobs need at least {need} nodes, the cluster has {}",
+                    self.jobs, self.nodes
+                ),
             );
         }
         let positive = [

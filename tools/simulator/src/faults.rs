@@ -218,19 +218,33 @@ pub fn parse_trace(text: &str, path: &str) -> Result<Vec<TraceEntry>, TraceError
             continue;
         }
         if fields.len() != 3 {
-            return Err(bad(number, "line", format!("{} fields, want 3", fields.len())));
+            return Err(bad(
+                number,
+                "line",
+                format!("{} fields, want 3", fields.len()),
+            ));
         }
         let at_s: f64 = fields[0]
             .parse()
             .ok()
             .filter(|t: &f64| t.is_finite() && *t >= 0.0)
-            .ok_or_else(|| bad(number, "time_s", format!("`{}` is not seconds ≥ 0", fields[0])))?;
+            .ok_or_else(|| {
+                bad(
+                    number,
+                    "time_s",
+                    format!("`{}` is not seconds ≥ 0", fields[0]),
+                )
+            })?;
         if fields[1].is_empty() {
             return Err(bad(number, "node", "empty".into()));
         }
-        let kind: FailureKind = fields[2]
-            .parse()
-            .map_err(|_| bad(number, "kind", format!("`{}` is not a taxonomy symbol", fields[2])))?;
+        let kind: FailureKind = fields[2].parse().map_err(|_| {
+            bad(
+                number,
+                "kind",
+                format!("`{}` is not a taxonomy symbol", fields[2]),
+            )
+        })?;
         entries.push(TraceEntry {
             at_s,
             node: fields[1].to_string(),
@@ -286,7 +300,10 @@ mod tests {
         assert_eq!(trace.len(), 2);
         assert_eq!((trace[0].at_s, trace[0].node.as_str()), (5.5, "node-02"));
         let err = parse_trace("time_s,node,kind\n1,n,ecc\n", "t.csv").unwrap_err();
-        assert_eq!(err.to_string(), "t.csv:2: kind: `ecc` is not a taxonomy symbol");
+        assert_eq!(
+            err.to_string(),
+            "t.csv:2: kind: `ecc` is not a taxonomy symbol"
+        );
         let err = parse_trace("when,node,kind\n", "t.csv").unwrap_err();
         assert!(err.to_string().contains("header"), "{err}");
         let err = parse_trace("time_s,node,kind\n-1,n,ecc_error\n", "t.csv").unwrap_err();

@@ -50,7 +50,9 @@ enum NodeState {
     /// Dark: no heartbeats, no telemetry, no logs.
     Down,
     /// Taken out by an executor; back, repaired, at `repair_at`.
-    Isolated { repair_at: i64 },
+    Isolated {
+        repair_at: i64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -71,7 +73,9 @@ enum Phase {
     Pending,
     Running,
     /// Switching; runs again at `until`.
-    Transition { until: i64 },
+    Transition {
+        until: i64,
+    },
     /// Broken by a fault, or lost a node: no progress until an action.
     Stalled,
     Paused,
@@ -327,7 +331,10 @@ impl Sim {
             None => eligible[self.rng.random_range(0..eligible.len())].clone(),
         };
         let gpu = self.rng.random_range(0..self.config.gpus_per_node);
-        let job_id = self.nodes[&name].job.clone().expect("eligible nodes run a job");
+        let job_id = self.nodes[&name]
+            .job
+            .clone()
+            .expect("eligible nodes run a job");
         let rank = self.jobs[&job_id]
             .nodes
             .iter()
@@ -524,15 +531,27 @@ impl Sim {
                     ));
                     samples.push(gauge(
                         "DCGM_FI_DEV_GPU_TEMP",
-                        if busy { 62.0 + 10.0 * noise } else { 35.0 + 3.0 * noise },
+                        if busy {
+                            62.0 + 10.0 * noise
+                        } else {
+                            35.0 + 3.0 * noise
+                        },
                     ));
                     samples.push(gauge(
                         "DCGM_FI_DEV_POWER_USAGE",
-                        if busy { 350.0 + 50.0 * noise } else { 60.0 + 5.0 * noise },
+                        if busy {
+                            350.0 + 50.0 * noise
+                        } else {
+                            60.0 + 5.0 * noise
+                        },
                     ));
                     samples.push(gauge(
                         "DCGM_FI_DEV_FB_USED",
-                        if busy { 71_000.0 + 1_000.0 * noise } else { 0.0 },
+                        if busy {
+                            71_000.0 + 1_000.0 * noise
+                        } else {
+                            0.0
+                        },
                     ));
                     samples.push(gauge("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", *dbe));
                 }
@@ -540,7 +559,9 @@ impl Sim {
                     let rank = job.nodes.iter().position(|n| n == name).unwrap_or(0);
                     samples.push(MetricSample {
                         name: "training_iteration_time_ms".into(),
-                        value: job.model.iteration_s(job.nodes.len() as u32 * node.ecc_dbe.len() as u32)
+                        value: job
+                            .model
+                            .iteration_s(job.nodes.len() as u32 * node.ecc_dbe.len() as u32)
                             * 1000.0,
                         time_ms: now,
                         gpu: None,
@@ -680,7 +701,8 @@ impl Sim {
                 let base = if job.phase == Phase::Pending {
                     t.resume_s
                 } else if request.action == CommandAction::Resume {
-                    t.resume_s.max(restart_s(t, request.restore_from.as_deref()))
+                    t.resume_s
+                        .max(restart_s(t, request.restore_from.as_deref()))
                 } else {
                     t.reconfigure_s
                 };
@@ -711,7 +733,10 @@ impl Sim {
                     && let Some(job) = self.jobs.get_mut(&job_id)
                 {
                     job.nodes.retain(|n| n != name);
-                    if job.fault.is_some_and(|i| self.truth.faults[i].node == *name) {
+                    if job
+                        .fault
+                        .is_some_and(|i| self.truth.faults[i].node == *name)
+                    {
                         job.fault = None;
                     }
                     if job.phase == Phase::Running {
@@ -721,7 +746,9 @@ impl Sim {
             }
             CommandAction::Reattempt => {
                 let id = request.job.as_deref().unwrap_or_default();
-                let Some(job) = self.jobs.get_mut(id) else { return };
+                let Some(job) = self.jobs.get_mut(id) else {
+                    return;
+                };
                 if let Some(index) = job.fault.take() {
                     self.truth.resolve(index, now, request.action);
                     self.clear_node_fault(index);
@@ -791,7 +818,8 @@ impl Sim {
                 let base = if first_start {
                     t.resume_s
                 } else if request.action == CommandAction::Resume {
-                    t.resume_s.max(restart_s(&t, request.restore_from.as_deref()))
+                    t.resume_s
+                        .max(restart_s(&t, request.restore_from.as_deref()))
                 } else {
                     t.reconfigure_s
                 };
@@ -844,7 +872,11 @@ impl Sim {
             .nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| self.nodes.get(*n).is_some_and(|n| n.state != NodeState::Down))
+            .filter(|(_, n)| {
+                self.nodes
+                    .get(*n)
+                    .is_some_and(|n| n.state != NodeState::Down)
+            })
             .map(|(rank, node)| self.exit(node, id, rank as u32, None, Some(SIGTERM)))
             .collect();
         out.extend(exits);
@@ -896,7 +928,10 @@ fn plan_jobs(config: &SimConfig) -> BTreeMap<String, Job> {
     let models: Vec<Model> = (0..config.jobs)
         .map(|i| MODELS[i as usize % MODELS.len()])
         .collect();
-    let mut nodes: Vec<u32> = models.iter().map(|m| m.replica_gpus.div_ceil(gpn)).collect();
+    let mut nodes: Vec<u32> = models
+        .iter()
+        .map(|m| m.replica_gpus.div_ceil(gpn))
+        .collect();
     let mut left = config.nodes.saturating_sub(nodes.iter().sum());
     let mut i = 0;
     while left > 0 {

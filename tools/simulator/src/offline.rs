@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use unicron_core::detector::{
-    Detector, DetectorConfig, DetectorInput, DetectorOutput, Observation, Source,
-    rules::LogRules,
+    Detector, DetectorConfig, DetectorInput, DetectorOutput, Observation, Source, rules::LogRules,
 };
 use unicron_core::executor::{ActionRequest, Gate, Outcome, result};
 use unicron_core::planner::{Input, InputEvent, Output, Planner, PlannerConfig};
@@ -97,6 +96,7 @@ impl Offline {
                 index: 0,
             },
             observation,
+            caught_up: true,
         });
         for output in outputs {
             if let DetectorOutput::Failure(failure) = output {
@@ -126,7 +126,14 @@ impl Offline {
                         let outcome: CommandResult = match self.gate.check(&command) {
                             Err(why) => {
                                 self.flow.rejected_commands += 1;
-                                result(&command, CommandStatus::Rejected, Some(why.to_string()), 0, None, "offline")
+                                result(
+                                    &command,
+                                    CommandStatus::Rejected,
+                                    Some(why.to_string()),
+                                    0,
+                                    None,
+                                    "offline",
+                                )
                             }
                             Ok(()) => {
                                 let answer = self.sim.act(&ActionRequest::new(&command, 1));
@@ -206,7 +213,11 @@ mod tests {
         assert_eq!(summary.false_detections, 0, "{}", summary.table());
         assert_eq!(run.flow.rejected_commands, 0);
         // Two node losses and five recoveries cost something, not everything.
-        assert!(summary.waf_fraction > 0.5 && summary.waf_fraction < 1.0, "{}", summary.waf_fraction);
+        assert!(
+            summary.waf_fraction > 0.5 && summary.waf_fraction < 1.0,
+            "{}",
+            summary.waf_fraction
+        );
     }
 
     #[test]

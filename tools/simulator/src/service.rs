@@ -85,7 +85,8 @@ pub async fn start(
     config.validate().map_err(SimError::Config)?;
     let trace = match &config.trace {
         Some(path) => Some(
-            crate::faults::read_trace(path).map_err(|e| SimError::Config(format!("sim.trace: {e}")))?,
+            crate::faults::read_trace(path)
+                .map_err(|e| SimError::Config(format!("sim.trace: {e}")))?,
         ),
         None => None,
     };
@@ -153,10 +154,22 @@ impl Running {
         Progress {
             sim_s: truth.elapsed_s(),
             injected: truth.faults.len() as u64,
-            detected: truth.faults.iter().filter(|f| f.detected_ms.is_some()).count() as u64,
-            acted_on: truth.faults.iter().filter(|f| f.resolved_ms.is_some()).count() as u64,
+            detected: truth
+                .faults
+                .iter()
+                .filter(|f| f.detected_ms.is_some())
+                .count() as u64,
+            acted_on: truth
+                .faults
+                .iter()
+                .filter(|f| f.resolved_ms.is_some())
+                .count() as u64,
             commands: truth.actions.values().sum(),
-            waf_now: if ideal > 0.0 { sim.current_rate() / ideal } else { 0.0 },
+            waf_now: if ideal > 0.0 {
+                sim.current_rate() / ideal
+            } else {
+                0.0
+            },
             waf_fraction: truth.waf_fraction(),
             ended: *self.shared.ended.borrow(),
         }
@@ -291,7 +304,9 @@ async fn read_failures(
         };
         match codec.decode(&record.payload) {
             Ok(failure) => shared.sim().observe_failure(&failure),
-            Err(e) => tracing::warn!(offset = record.offset, error = %e, "unreadable failure record"),
+            Err(e) => {
+                tracing::warn!(offset = record.offset, error = %e, "unreadable failure record")
+            }
         }
         consumer.mark_done(&record)?;
     }

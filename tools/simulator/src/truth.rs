@@ -253,7 +253,10 @@ impl Summary {
             duplicate_requests: truth.duplicate_requests,
             false_detections: truth.false_detections,
             repeat_detections: truth.repeat_detections,
-            downtime_s: downtime_s.into_iter().map(|(k, v)| (k, round(v, 3))).collect(),
+            downtime_s: downtime_s
+                .into_iter()
+                .map(|(k, v)| (k, round(v, 3)))
+                .collect(),
             waf_fraction: round(truth.waf_fraction(), 6),
             faults: truth.faults.clone(),
         }
@@ -268,7 +271,11 @@ impl Summary {
             "summary: {} s simulated, {} nodes / {} GPUs, {} jobs, seed {}",
             self.sim_seconds, self.nodes, self.gpus, self.jobs, self.seed
         );
-        let _ = writeln!(out, "  {:<24} {:>8} {:>8}", "failure kind", "injected", "detected");
+        let _ = writeln!(
+            out,
+            "  {:<24} {:>8} {:>8}",
+            "failure kind", "injected", "detected"
+        );
         for (kind, n) in &self.injected_by_kind {
             let d = self.detected_by_kind.get(kind).copied().unwrap_or(0);
             let _ = writeln!(out, "  {kind:<24} {n:>8} {d:>8}");
@@ -292,7 +299,11 @@ impl Summary {
             out,
             "  actions: {} executed ({}), {} failed, {} late",
             self.commands_executed,
-            if actions.is_empty() { "none".to_string() } else { actions.join(", ") },
+            if actions.is_empty() {
+                "none".to_string()
+            } else {
+                actions.join(", ")
+            },
             self.failed_actions,
             self.late_actions
         );

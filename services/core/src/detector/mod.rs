@@ -75,6 +75,11 @@ impl Observation {
 pub struct DetectorInput {
     pub source: Source,
     pub observation: Observation,
+    /// The consumer had nothing newer on this record's partition. A
+    /// partition that is behind holds the timers' watermark back to its own
+    /// newest event time; a caught-up one does not (it may be silent because
+    /// its nodes died). Feeds that deliver in order pass `true`.
+    pub caught_up: bool,
 }
 
 /// What the detector produces for one input.
@@ -104,9 +109,18 @@ struct NodeView {
     job: Option<String>,
 }
 
+/// How far one source partition has been read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct PartitionClock {
+    newest_ms: Option<i64>,
+    caught_up: bool,
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 struct ClusterView {
     newest_ms: Option<i64>,
+    /// Partitions (by topic) that carried this cluster's records.
+    sources: BTreeMap<String, BTreeSet<i32>>,
     nodes: BTreeMap<String, NodeView>,
     /// (heartbeat deadline, node) of every watched node, soonest first: the
     /// timers fire by popping the front, not by scanning every node.
@@ -123,6 +137,9 @@ pub struct Detector {
     config: DetectorConfig,
     rules: LogRules,
     clusters: BTreeMap<String, ClusterView>,
+    /// Per topic and partition: the newest event time read and whether the
+    /// consumer has caught up with it.
+    clocks: BTreeMap<String, BTreeMap<i32, PartitionClock>>,
     stats: DetectorStats,
 }
 
@@ -132,6 +149,7 @@ impl Detector {
             config,
             rules,
             clusters: BTreeMap::new(),
+            clocks: BTreeMap::new(),
             stats: DetectorStats::default(),
         }
     }
@@ -140,6 +158,7 @@ impl Detector {
     /// this instance may no longer read some nodes); rules and config stay.
     pub fn reset(&mut self) {
         self.clusters.clear();
+        self.clocks.clear();
     }
 
     pub fn config(&self) -> &DetectorConfig {
@@ -167,12 +186,14 @@ impl Detector {
         let view = self.clusters.entry(obs.cluster().to_string()).or_default();
         let mut rejected = Vec::new();
         let mut candidates = Vec::new();
+        let mut accepted_ms: Option<i64> = None;
         match obs {
             Observation::Log(record) => {
                 if let Err(reason) = check_time(view.newest_ms, record.time_ms, &self.config) {
                     rejected.push(reason);
                 } else {
                     advance(view, record.time_ms);
+                    accepted_ms = accepted_ms.max(Some(record.time_ms));
                     candidates.extend(classify_log(
                         &self.rules,
                         &self.config,
@@ -194,6 +215,7 @@ impl Detector {
                     {
                         Ok(found) => {
                             advance(view, sample.time_ms);
+                            accepted_ms = accepted_ms.max(Some(sample.time_ms));
                             for (kind, rule) in found {
                                 let job = sample.job.clone().or_else(|| {
                                     view.nodes.get(&batch.node).and_then(|n| n.job.clone())
@@ -233,10 +255,35 @@ impl Detector {
                     rejected.push(reason);
                 } else {
                     advance(view, event.time_ms);
+                    accepted_ms = accepted_ms.max(Some(event.time_ms));
                     candidates.extend(on_agent(&self.config, view, event, &input.source));
                 }
             }
         }
+        let Source {
+            topic, partition, ..
+        } = &input.source;
+        if !view
+            .sources
+            .get(topic)
+            .is_some_and(|p| p.contains(partition))
+        {
+            view.sources
+                .entry(topic.clone())
+                .or_default()
+                .insert(*partition);
+        }
+        let clock = match self.clocks.get_mut(topic) {
+            Some(partitions) => partitions.entry(*partition).or_default(),
+            None => self
+                .clocks
+                .entry(topic.clone())
+                .or_default()
+                .entry(*partition)
+                .or_default(),
+        };
+        clock.newest_ms = clock.newest_ms.max(accepted_ms);
+        clock.caught_up = input.caught_up;
         for reason in rejected.iter().take(1) {
             self.stats.rejected += 1;
             let more = rejected.len() - 1;
@@ -294,10 +341,21 @@ impl Detector {
 
     /// Fires every timer the cluster's watermark has passed.
     fn fire_timers(&mut self, cluster: &str, emitted: &mut Vec<(Candidate, Severity)>) {
-        let (config, clusters) = (&self.config, &mut self.clusters);
+        let (config, clusters, clocks) = (&self.config, &mut self.clusters, &self.clocks);
         let view = clusters.get_mut(cluster).expect("created by apply");
         let Some(newest) = view.newest_ms else { return };
-        let watermark = newest - ms(config.allowed_lateness_s);
+        // The newest time every partition still being read has reached:
+        // a node whose heartbeats sit unread in a lagging partition is not
+        // silent, only behind.
+        let behind = view
+            .sources
+            .iter()
+            .filter_map(|(topic, partitions)| clocks.get(topic).map(|c| (c, partitions)))
+            .flat_map(|(c, partitions)| partitions.iter().filter_map(|p| c.get(p)))
+            .filter(|clock| !clock.caught_up)
+            .filter_map(|clock| clock.newest_ms)
+            .min();
+        let watermark = behind.map_or(newest, |b| b.min(newest)) - ms(config.allowed_lateness_s);
         let mut due = Vec::new();
         // Heartbeat loss: pop the deadlines the watermark has passed.
         while view
@@ -325,9 +383,7 @@ impl Detector {
         }
         // No progress for hang_factor × the mean iteration time.
         for (job, progress) in &mut view.jobs {
-            let Some(at) =
-                progress.hang_deadline_ms(config)
-            else {
+            let Some(at) = progress.hang_deadline_ms(config) else {
                 continue;
             };
             if at < watermark {

@@ -27,7 +27,7 @@ use crate::signing::CommandSigner;
 
 /// Version of the decision logic; bump it when the same inputs would lead
 /// to different decisions, so replay can tell a bug from a policy change.
-pub const POLICY_VERSION: &str = "1";
+pub const POLICY_VERSION: &str = "2";
 
 /// Failure times kept per node and per cluster.
 const HISTORY: usize = 64;
@@ -472,6 +472,22 @@ fn on_result(
                 node.health = Health::Repairing;
             }
             no_change(state, format!("{:?} succeeded", flight.action))
+        }
+        // Anyone who can write the commands topic can send an unsigned or
+        // forged command with the id of a real one; its rejection says
+        // nothing about the real command, which stays in flight.
+        CommandStatus::Rejected
+            if r.reason
+                .as_deref()
+                .is_some_and(|why| why.starts_with("unsigned") || why.starts_with("forged")) =>
+        {
+            no_change(
+                state,
+                format!(
+                    "rejection of an unsigned or forged copy of {:?} ignored",
+                    flight.action
+                ),
+            )
         }
         CommandStatus::Rejected => {
             state.in_flight.remove(&r.command_id);
