@@ -97,12 +97,12 @@ fn topics_create_needs_brokers() {
     );
 }
 
-/// `unicron up` prints the broker first; another process can then use it,
-/// and `topics create` against it is idempotent (everything exists).
+/// `unicron up --no-sim` prints the broker first; another process can then
+/// use it, and `topics create` against it is idempotent (everything exists).
 #[test]
 fn up_hosts_a_broker_other_processes_can_use() {
     let mut child = unicron()
-        .args(["up", "--duration", "20s"])
+        .args(["up", "--no-sim", "--duration", "20s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -131,6 +131,11 @@ fn up_hosts_a_broker_other_processes_can_use() {
         detector.starts_with("detector: ") && detector.contains("otlp_logs (otlp_proto)"),
         "{detector}"
     );
+    let executor = lines.next().unwrap().unwrap();
+    assert!(
+        executor.starts_with("executor: not started (no simulator"),
+        "{executor}"
+    );
     let metrics = lines.next().unwrap().unwrap();
     assert!(
         metrics.starts_with("metrics: http://127.0.0.1:"),
@@ -148,6 +153,97 @@ fn up_hosts_a_broker_other_processes_can_use() {
         stdout.contains("unicron.telemetry (12 partitions)"),
         "{stdout}"
     );
+}
+
+/// Runs the whole loop for `duration` of real time and returns the summary.
+fn up_summary(extra: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = dir.path().join("summary.json");
+    let mut command = unicron();
+    command.args(["up", "--summary-json", summary.to_str().unwrap()]);
+    command.args(extra);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("broker: 127.0.0.1:"), "{stdout}");
+    assert!(stdout.contains("WAF achieved:"), "{stdout}");
+    serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap()
+}
+
+/// One failure of each severity, from a trace: each is detected as its
+/// kind and answered by its action (SEV3 reattempt, SEV2 restart, SEV1
+/// isolate), exactly once, within bounded simulated time.
+#[test]
+fn up_answers_each_severity_with_its_action_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.csv");
+    std::fs::write(
+        &trace,
+        "time_s,node,kind\n300,node-001,nccl_timeout\n600,node-008,cuda_error\n900,node-014,ecc_error\n",
+    )
+    .unwrap();
+    let s = up_summary(
+        &[
+            "--duration",
+            "40s",
+            "--speed",
+            "30",
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(s["failures_injected"], 3, "{s:#}");
+    assert_eq!(s["failures_detected"], 3, "{s:#}");
+    let want = [
+        ("nccl_timeout", "reattempt"),
+        ("cuda_error", "restart"),
+        ("ecc_error", "isolate_node"),
+    ];
+    for (fault, (kind, action)) in s["faults"].as_array().unwrap().iter().zip(want) {
+        assert_eq!(fault["kind"], kind, "{fault:#}");
+        assert_eq!(fault["detected_as"], kind, "{fault:#}");
+        assert_eq!(fault["resolved_by"], action, "{fault:#}");
+        let injected = fault["injected_ms"].as_i64().unwrap();
+        let detected = fault["detected_ms"].as_i64().unwrap() - injected;
+        let acted = fault["resolved_ms"].as_i64().unwrap() - injected;
+        assert!(detected <= 30_000, "{kind} detected after {detected} ms");
+        assert!(acted <= 60_000, "{kind} acted on after {acted} ms");
+    }
+    // Once each: no second reattempt/restart/isolation, nothing failed,
+    // nothing executed twice, no false alarm.
+    let actions = &s["actions_by_kind"];
+    assert_eq!(actions["reattempt"], 1, "{s:#}");
+    assert_eq!(actions["restart"], 1, "{s:#}");
+    assert_eq!(actions["isolate_node"], 1, "{s:#}");
+    assert_eq!(s["failed_actions"], 0, "{s:#}");
+    assert_eq!(s["duplicate_requests"], 0, "{s:#}");
+    assert_eq!(s["false_detections"], 0, "{s:#}");
+    assert_eq!(s["late_actions"], 0, "{s:#}");
+    let waf = s["waf_fraction"].as_f64().unwrap();
+    assert!(waf > 0.3 && waf < 1.0, "{waf}");
+}
+
+/// Same seed, same summary: the loop's outcome depends on event time only.
+#[test]
+fn up_with_a_fixed_seed_gives_the_same_summary_twice() {
+    let args = ["--duration", "30s", "--speed", "30", "--seed", "11"];
+    let env = [("UNICRON_SIM__MTBF_S", "240")];
+    let first = up_summary(&args, &env);
+    let second = up_summary(&args, &env);
+    assert!(
+        first["failures_injected"].as_u64().unwrap() >= 2,
+        "{first:#}"
+    );
+    assert_eq!(first, second);
 }
 
 #[test]

@@ -65,7 +65,10 @@ pub struct SimConfig {
     pub checkpoint_interval_s: i64,
     /// An action takes effect this long (simulated) after the command's
     /// event time: the control plane's reaction time as the cluster sees it.
-    /// Fixing it, rather than using arrival time, makes runs reproducible.
+    /// Fixing it, rather than using arrival time, makes runs reproducible
+    /// as long as the services answer within it: `dispatch_s / speed` real
+    /// seconds (a third of a second by default). Later answers are counted
+    /// as `late_actions`.
     pub dispatch_s: f64,
     pub transitions: Transitions,
     /// Where the action endpoint listens (`POST /actions`).
@@ -82,7 +85,7 @@ impl Default for SimConfig {
             gpus_per_node: 8,
             jobs: 3,
             seed: 1,
-            speed: 60.0,
+            speed: 30.0,
             mtbf_s: 20.0 * 60.0,
             trace: None,
             repair_s: 2.0 * 3600.0,
@@ -91,7 +94,7 @@ impl Default for SimConfig {
             log_every_iterations: 10,
             noise_interval_s: 120.0,
             checkpoint_interval_s: 30 * 60,
-            dispatch_s: 5.0,
+            dispatch_s: 10.0,
             transitions: Transitions::default(),
             listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
             // 2026-01-01T00:00:00Z

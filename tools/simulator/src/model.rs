@@ -186,6 +186,20 @@ impl Sim {
             .sum()
     }
 
+    /// Every submitted job has been placed by the control plane (its first
+    /// resume is applied or scheduled). The service holds the clock until
+    /// then, so a run does not depend on how long the services take to join
+    /// their consumer groups.
+    pub fn jobs_placed(&self) -> bool {
+        self.jobs.iter().all(|(id, job)| {
+            job.phase != Phase::Pending
+                || self
+                    .scheduled
+                    .values()
+                    .any(|s| s.request.job.as_deref() == Some(id.as_str()))
+        })
+    }
+
     /// Runs whole ticks up to `target_ms` and returns what was emitted.
     pub fn advance_to(&mut self, target_ms: i64) -> Vec<Emission> {
         let mut out = Vec::new();
@@ -605,7 +619,8 @@ impl Sim {
         }
         let dispatch = (self.config.dispatch_s * 1000.0) as i64;
         let wanted = request.time_ms.saturating_add(dispatch);
-        if wanted < self.now {
+        // The tick at `now` has run: an effect due then is already late.
+        if wanted <= self.now {
             self.truth.late_actions += 1;
         }
         let apply_at = wanted.max(self.now + TICK_MS);

@@ -23,6 +23,9 @@ use crate::truth::Summary;
 /// How often the clock wakes up, real time.
 const WAKE: Duration = Duration::from_millis(20);
 
+/// Longest real time the clock waits for the control plane to place the jobs.
+const PLACEMENT_WAIT: Duration = Duration::from_secs(60);
+
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     #[error("{0}")]
@@ -259,28 +262,29 @@ async fn run_clock(
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), SimError> {
     let codecs = Codecs::default();
-    let started = Instant::now();
     let start_ms = shared.sim().now_ms();
+    // Announce the cluster, then hold the clock until its jobs are placed.
+    let announced = shared.sim().advance_to(start_ms);
+    publish(&producer, &codecs, &topics, &announced).await?;
+    let holding = Instant::now();
+    while !shared.sim().jobs_placed() {
+        if holding.elapsed() > PLACEMENT_WAIT {
+            tracing::warn!("jobs not placed after {PLACEMENT_WAIT:?}; starting the clock anyway");
+            break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(WAKE) => {}
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+        }
+    }
+    let started = Instant::now();
     loop {
         let mut target = start_ms + (started.elapsed().as_secs_f64() * speed * 1000.0) as i64;
         if let Some(end) = end_ms {
             target = target.min(end);
         }
         let emissions = shared.sim().advance_to(target);
-        let mut sends = Vec::with_capacity(emissions.len());
-        for emission in &emissions {
-            let (topic, payload) = codecs.encode(&topics, emission)?;
-            sends.push((topic, emission.key().to_string(), payload));
-        }
-        let results = join_all(
-            sends
-                .iter()
-                .map(|(topic, key, payload)| producer.send_bytes(topic, key.as_bytes(), payload)),
-        )
-        .await;
-        for result in results {
-            result?;
-        }
+        publish(&producer, &codecs, &topics, &emissions).await?;
         if end_ms.is_some_and(|end| shared.sim().now_ms() >= end) {
             let _ = shared.ended.send(true);
         }
@@ -289,6 +293,30 @@ async fn run_clock(
             _ = stopped.wait_for(|s| *s) => return Ok(()),
         }
     }
+}
+
+/// Sends a tick's records concurrently and waits for every delivery.
+async fn publish(
+    producer: &Producer,
+    codecs: &Codecs,
+    topics: &Topics,
+    emissions: &[Emission],
+) -> Result<(), SimError> {
+    let mut sends = Vec::with_capacity(emissions.len());
+    for emission in emissions {
+        let (topic, payload) = codecs.encode(topics, emission)?;
+        sends.push((topic, emission.key().to_string(), payload));
+    }
+    let results = join_all(
+        sends
+            .iter()
+            .map(|(topic, key, payload)| producer.send_bytes(topic, key.as_bytes(), payload)),
+    )
+    .await;
+    for result in results {
+        result?;
+    }
+    Ok(())
 }
 
 async fn read_failures(
