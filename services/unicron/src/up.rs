@@ -261,7 +261,7 @@ async fn watch(
                     if tty {
                         print!("\r{line}   ");
                         std::io::stdout().flush().ok();
-                    } else if ticks % 10 == 0 {
+                    } else if ticks.is_multiple_of(10) {
                         println!("{line}");
                     }
                 }
