@@ -25,7 +25,7 @@ pub enum Command {
         #[command(subcommand)]
         command: TopicsCommand,
     },
-    /// Run unicron on one machine: the embedded broker (unless --brokers) and its topics.
+    /// Run the whole loop on one machine: broker (embedded unless --brokers), topics, simulator, detector, planner, executor.
     Up(UpArgs),
     /// Run the planner service against `kafka.brokers` (needs planner.signing_key_file).
     Planner,

@@ -237,6 +237,27 @@ mod tests {
             .to_string();
         assert!(err.contains("format") && !err.contains('\n'), "{err}");
 
+        let err = load_text("[sim]\nspeed = 0.0\n").unwrap_err().to_string();
+        assert_eq!(err, "config: sim.speed: must be a positive number, got 0");
+
+        let err = load_text("[sim]\nnodes = 2\njobs = 4\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("config: sim.jobs: 4 jobs need"), "{err}");
+
+        let err = load_text("[executor.public_keys]\nk1 = \"abc\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("executor.public_keys.k1"), "{err}");
+
+        let err = load_text("[executor.backend]\nkind = \"carrier-pigeon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("executor.backend") && !err.contains('\n'),
+            "{err}"
+        );
+
         let err = jailed(|| Config::load(Some(Path::new("/nonexistent/unicron.toml"))))
             .unwrap_err()
             .to_string();

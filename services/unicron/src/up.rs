@@ -338,6 +338,10 @@ fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig
     }
     sim.validate()
         .map_err(|e| crate::cli::UsageError(e.replace("sim.nodes", "--sim-nodes / sim.nodes")))?;
+    if let Some(trace) = &sim.trace {
+        unicron_simulator::faults::read_trace(trace)
+            .map_err(|e| crate::cli::UsageError(format!("sim.trace: {e}")))?;
+    }
     Ok(Some(sim))
 }
 

@@ -88,6 +88,27 @@ fn bad_arguments_exit_2() {
 }
 
 #[test]
+fn bad_simulation_flags_are_one_line_and_exit_2() {
+    let out = run(&["up", "--speed", "0", "--duration", "1s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("sim.speed"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.csv");
+    std::fs::write(&trace, "time_s,node,kind\n10,node-001,gremlins\n").unwrap();
+    let out = run(&["up", "--trace", trace.to_str().unwrap(), "--duration", "1s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("sim.trace:") && stderr.contains(":2: kind: `gremlins`"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn topics_create_needs_brokers() {
     let out = run(&["topics", "create"]);
     assert_eq!(out.status.code(), Some(1));
