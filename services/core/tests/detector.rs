@@ -507,3 +507,46 @@ fn the_same_inputs_give_identical_outputs() {
     ids.dedup();
     assert_eq!(ids.len(), a.len());
 }
+
+/// A consumer catching up reads partitions unevenly: a node whose
+/// heartbeats sit unread in a lagging partition is behind, not lost. Once
+/// that partition is caught up and still has nothing newer, it is lost.
+#[test]
+fn a_lagging_partition_holds_the_heartbeat_timers_back() {
+    let mut detector = Detector::new(DetectorConfig::default(), LogRules::builtin());
+    let mut offsets = BTreeMap::<i32, i64>::new();
+    let mut feed = |node: &str, partition: i32, t: i64, caught_up: bool| -> Vec<FailureEvent> {
+        let offset = offsets.entry(partition).or_default();
+        *offset += 1;
+        detector
+            .apply(&DetectorInput {
+                source: Source {
+                    topic: "unicron.agent".into(),
+                    partition,
+                    offset: *offset,
+                    index: 0,
+                },
+                observation: Observation::Agent(agent(node, None, t, AgentEventKind::Heartbeat)),
+                caught_up,
+            })
+            .into_iter()
+            .filter_map(|o| match o {
+                DetectorOutput::Failure(f) => Some(f),
+                DetectorOutput::Rejected(_) => None,
+            })
+            .collect()
+    };
+    // Partition 1 (node b) is read first, but only up to 5 s: it is behind.
+    assert!(feed("b", 1, T0, false).is_empty());
+    assert!(feed("b", 1, T0 + 5_000, false).is_empty());
+    // Partition 0 (node a) is read to its end, five minutes ahead.
+    for s in 0..=300 {
+        let found = feed("a", 0, T0 + s * 1000, true);
+        assert!(found.is_empty(), "b is behind, not lost: {found:?}");
+    }
+    // b's partition catches up and has nothing newer: b went silent at 5 s.
+    let found = feed("b", 1, T0 + 5_000, true);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].kind, FailureKind::LostConnection);
+    assert_eq!(found[0].node.as_deref(), Some("b"));
+}
