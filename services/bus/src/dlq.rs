@@ -31,6 +31,27 @@ pub fn dead_letter(
     }
 }
 
+/// The dead letter for `record`, logged, counted and encoded for the DLQ
+/// topic as (key, payload), the key being the source topic: for services
+/// that publish through an outbox rather than a [`DeadLetterSink`].
+pub fn encode_dead_letter(
+    record: &InboundRecord,
+    reason: &str,
+    service: &str,
+    payload_bound: usize,
+    codec: &AvroCodec<DeadLetter>,
+) -> Result<(Vec<u8>, Vec<u8>), BusError> {
+    tracing::warn!(topic = %record.topic, partition = record.partition, offset = record.offset, reason, "dead-lettered");
+    metrics::counter!(
+        DLQ_RECORDS,
+        "source_topic" => record.topic.clone(),
+        "service" => service.to_string()
+    )
+    .increment(1);
+    let letter = dead_letter(record, reason, service, payload_bound);
+    Ok((record.topic.clone().into_bytes(), codec.encode(&letter)?))
+}
+
 /// Where one service sends its dead letters.
 #[derive(Clone)]
 pub struct DeadLetterSink {

@@ -8,6 +8,23 @@ use crate::codec::AvroCodec;
 use crate::consumer::Consumer;
 use crate::schemas::AvroRecord;
 
+/// An embedded broker with every topic of the topology, and a Kafka
+/// configuration for it whose consumer-group session is short: the
+/// embedded broker lets a group rebalance only after the old member's
+/// session expires, even after a clean leave.
+pub fn embedded_with_topics() -> (crate::EmbeddedBroker, crate::KafkaConfig) {
+    let broker = crate::EmbeddedBroker::start(1).expect("start the embedded broker");
+    let mut kafka = crate::KafkaConfig::default();
+    kafka.properties.insert(
+        "session.timeout.ms".into(),
+        crate::config::PropertyValue::Int(6000),
+    );
+    broker
+        .ensure_topics(&crate::Topology::builtin(), &kafka.topic_prefix)
+        .expect("create the topics");
+    (broker, kafka)
+}
+
 /// Reads and decodes the next `n` records, each within `wait`.
 pub async fn read_records<T: AvroRecord>(consumer: &Consumer, n: usize, wait: Duration) -> Vec<T> {
     let codec = AvroCodec::<T>::default();

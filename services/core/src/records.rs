@@ -227,6 +227,21 @@ pub enum CommandAction {
     Unknown,
 }
 
+impl CommandAction {
+    /// The symbol used in schemas, JSON, the HTTP contract and metrics.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CommandAction::Reattempt => "reattempt",
+            CommandAction::Restart => "restart",
+            CommandAction::Reconfigure => "reconfigure",
+            CommandAction::IsolateNode => "isolate_node",
+            CommandAction::Resume => "resume",
+            CommandAction::Pause => "pause",
+            CommandAction::Unknown => "unknown",
+        }
+    }
+}
+
 /// A signed action for an executor (`unicron.commands`, key: cluster).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Command {
@@ -287,4 +302,25 @@ pub struct DeadLetter {
     pub error: String,
     pub service: String,
     pub time_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_symbols_match_their_json() {
+        for action in [
+            CommandAction::Reattempt,
+            CommandAction::Restart,
+            CommandAction::Reconfigure,
+            CommandAction::IsolateNode,
+            CommandAction::Resume,
+            CommandAction::Pause,
+            CommandAction::Unknown,
+        ] {
+            let json = serde_json::to_string(&action).unwrap();
+            assert_eq!(json, format!("\"{}\"", action.symbol()));
+        }
+    }
 }

@@ -19,7 +19,7 @@ use unicron_core::executor::{self, Backoff, Gate, Outcome, Rejection};
 use unicron_core::{Command, CommandResult, CommandStatus, DeadLetter};
 use unicron_store::{Commit, OutboxEntry, Store, StoreError, StoreOptions};
 
-use crate::backend::{Backend, Done, action_name};
+use crate::backend::{Backend, Done};
 use crate::dedupe::{self, Marker};
 use crate::settings::ExecutorSettings;
 
@@ -225,7 +225,7 @@ impl Executor {
             Outcome::Succeeded => CommandStatus::Succeeded,
             Outcome::Failed => CommandStatus::Failed,
         };
-        tracing::info!(command = %command.id, action = action_name(command.action), ?status, reason = ?done.reason, "acted");
+        tracing::info!(command = %command.id, action = command.action.symbol(), ?status, reason = ?done.reason, "acted");
         let mut commit = Commit::new();
         commit.consumed(&record.topic, record.partition, record.offset + 1);
         commit.remember(dedupe::key(&command.id), Marker::Finished(status).encode());
@@ -273,7 +273,7 @@ impl Executor {
         result.cluster = self.gate.cluster().to_string();
         metrics::counter!(
             "unicron_executor_commands_total",
-            "action" => action_name(command.action),
+            "action" => command.action.symbol(),
             "status" => dedupe::status_name(status)
         )
         .increment(1);
@@ -291,18 +291,17 @@ impl Executor {
         record: &InboundRecord,
         reason: &str,
     ) -> Result<(), ExecutorError> {
-        tracing::warn!(topic = %record.topic, partition = record.partition, offset = record.offset, reason, "dead-lettered");
-        metrics::counter!(
-            unicron_bus::metrics::DLQ_RECORDS,
-            "source_topic" => record.topic.clone(),
-            "service" => SERVICE
-        )
-        .increment(1);
-        let letter = unicron_bus::dlq::dead_letter(record, reason, SERVICE, self.dlq_payload_bytes);
+        let (key, payload) = unicron_bus::dlq::encode_dead_letter(
+            record,
+            reason,
+            SERVICE,
+            self.dlq_payload_bytes,
+            &self.dead_letter_codec,
+        )?;
         commit.publish(OutboxEntry {
             topic: self.dlq_topic.clone(),
-            key: record.topic.clone().into_bytes(),
-            payload: self.dead_letter_codec.encode(&letter)?,
+            key,
+            payload,
         });
         Ok(())
     }

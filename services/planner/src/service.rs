@@ -248,18 +248,17 @@ fn dead_letter(
     record: &InboundRecord,
     reason: &str,
 ) -> Result<(), PlannerError> {
-    tracing::warn!(topic = %record.topic, partition = record.partition, offset = record.offset, reason, "dead-lettered");
-    metrics::counter!(
-        unicron_bus::metrics::DLQ_RECORDS,
-        "source_topic" => record.topic.clone(),
-        "service" => SERVICE
-    )
-    .increment(1);
-    let letter = unicron_bus::dlq::dead_letter(record, reason, SERVICE, topics.dlq_payload_bytes);
+    let (key, payload) = unicron_bus::dlq::encode_dead_letter(
+        record,
+        reason,
+        SERVICE,
+        topics.dlq_payload_bytes,
+        &codecs.dead_letter,
+    )?;
     commit.publish(OutboxEntry {
         topic: topics.dlq.clone(),
-        key: record.topic.clone().into_bytes(),
-        payload: codecs.dead_letter.encode(&letter)?,
+        key,
+        payload,
     });
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
-use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer};
 use unicron_core::signing::CommandSigner;
 use unicron_core::*;
 use unicron_planner::PlannerSettings;
@@ -25,17 +25,7 @@ impl Harness {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let broker = EmbeddedBroker::start(1).unwrap();
-        let mut kafka = KafkaConfig::default();
-        // The embedded broker lets a group rebalance only after the old
-        // member's session expires, even after a clean leave.
-        kafka.properties.insert(
-            "session.timeout.ms".into(),
-            unicron_bus::config::PropertyValue::Int(6000),
-        );
-        broker
-            .ensure_topics(&Topology::builtin(), &kafka.topic_prefix)
-            .unwrap();
+        let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
         let producer = Producer::new(&kafka, broker.bootstrap_servers()).unwrap();
         Harness {
             broker,

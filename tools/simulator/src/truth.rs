@@ -181,19 +181,6 @@ pub struct Summary {
     pub faults: Vec<Fault>,
 }
 
-/// The action's symbol, as in JSON and the CLI.
-pub fn action_name(action: CommandAction) -> &'static str {
-    match action {
-        CommandAction::Reattempt => "reattempt",
-        CommandAction::Restart => "restart",
-        CommandAction::Reconfigure => "reconfigure",
-        CommandAction::IsolateNode => "isolate_node",
-        CommandAction::Resume => "resume",
-        CommandAction::Pause => "pause",
-        CommandAction::Unknown => "unknown",
-    }
-}
-
 fn round(value: f64, places: i32) -> f64 {
     let scale = 10f64.powi(places);
     (value * scale).round() / scale
@@ -246,7 +233,7 @@ impl Summary {
             actions_by_kind: truth
                 .actions
                 .iter()
-                .map(|(a, n)| (action_name(*a).to_string(), *n))
+                .map(|(a, n)| (a.symbol().to_string(), *n))
                 .collect(),
             failed_actions: truth.failed_actions,
             late_actions: truth.late_actions,

@@ -462,7 +462,7 @@ fn on_result(
             state.in_flight.remove(&r.command_id);
             let seen = state
                 .observed
-                .entry(replan::action_key(flight.action).to_string())
+                .entry(flight.action.symbol().to_string())
                 .or_default();
             seen.count += 1;
             seen.total_s += r.duration_ms.max(0) as f64 / 1000.0;

@@ -65,21 +65,9 @@ pub fn running_s(config: &PlannerConfig, state: &ClusterState) -> f64 {
 /// D_transition of an action: the mean of observed durations once there
 /// are any, else the configured figure.
 pub fn transition_s(config: &PlannerConfig, state: &ClusterState, action: CommandAction) -> f64 {
-    match state.observed.get(action_key(action)) {
+    match state.observed.get(action.symbol()) {
         Some(seen) if seen.count > 0 => seen.total_s / seen.count as f64,
         _ => config.transition_s(action),
-    }
-}
-
-pub fn action_key(action: CommandAction) -> &'static str {
-    match action {
-        CommandAction::Reattempt => "reattempt",
-        CommandAction::Restart => "restart",
-        CommandAction::Reconfigure => "reconfigure",
-        CommandAction::IsolateNode => "isolate_node",
-        CommandAction::Resume => "resume",
-        CommandAction::Pause => "pause",
-        CommandAction::Unknown => "unknown",
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use unicron_core::Command;
 use unicron_core::executor::Outcome;
 
-use super::{Attempt, action_name, tail};
+use super::{Attempt, tail};
 
 /// Template names, each also passed as `UNICRON_<NAME>`.
 pub const PLACEHOLDERS: [&str; 8] = [
@@ -108,7 +108,7 @@ fn values(command: &Command) -> [(&'static str, String); 8] {
     [
         ("command_id", command.id.clone()),
         ("cluster", command.cluster.clone()),
-        ("action", action_name(command.action).to_string()),
+        ("action", command.action.symbol().to_string()),
         ("job", command.job.clone().unwrap_or_default()),
         ("nodes", command.nodes.join(",")),
         (

@@ -7,8 +7,8 @@ mod http;
 
 use std::time::{Duration, Instant};
 
+use unicron_core::Command;
 use unicron_core::executor::{Backoff, Outcome};
-use unicron_core::{Command, CommandAction};
 
 use crate::service::ExecutorError;
 use crate::settings::{BackendSettings, DEFAULT_HTTP_TIMEOUT_S};
@@ -129,19 +129,6 @@ impl Backend {
     }
 }
 
-/// The action's name as the HTTP contract and the exec templates spell it.
-pub fn action_name(action: CommandAction) -> &'static str {
-    match action {
-        CommandAction::Reattempt => "reattempt",
-        CommandAction::Restart => "restart",
-        CommandAction::Reconfigure => "reconfigure",
-        CommandAction::IsolateNode => "isolate_node",
-        CommandAction::Resume => "resume",
-        CommandAction::Pause => "pause",
-        CommandAction::Unknown => "unknown",
-    }
-}
-
 /// The last `REASON_TAIL_BYTES` of `text`, trimmed, cut at a character
 /// boundary: the end of an error message is where the cause usually is.
 fn tail(text: &str) -> &str {
@@ -164,21 +151,5 @@ mod tests {
         let kept = tail(&long);
         assert!(kept.len() <= REASON_TAIL_BYTES);
         assert!(kept.ends_with("bbb"));
-    }
-
-    #[test]
-    fn action_names_match_the_json_contract() {
-        for action in [
-            CommandAction::Reattempt,
-            CommandAction::Restart,
-            CommandAction::Reconfigure,
-            CommandAction::IsolateNode,
-            CommandAction::Resume,
-            CommandAction::Pause,
-            CommandAction::Unknown,
-        ] {
-            let json = serde_json::to_string(&action).unwrap();
-            assert_eq!(json, format!("\"{}\"", action_name(action)));
-        }
     }
 }
