@@ -21,6 +21,18 @@ use crate::profiles::{MODELS, Model, WEIGHTS};
 use crate::truth::{Fault, Truth};
 
 const TICK_MS: i64 = 1_000;
+
+/// A gauge's base value and the spread of its noise.
+type Level = (f64, f64);
+
+/// DCGM gauges per GPU: (name, (base, spread) when busy, (base, spread)
+/// when idle). Temperatures stay below the detector's 90 °C thermal rule.
+const GAUGES: [(&str, Level, Level); 4] = [
+    ("DCGM_FI_DEV_GPU_UTIL", (93.0, 6.0), (0.0, 0.0)),
+    ("DCGM_FI_DEV_GPU_TEMP", (62.0, 10.0), (35.0, 3.0)),
+    ("DCGM_FI_DEV_POWER_USAGE", (350.0, 50.0), (60.0, 5.0)),
+    ("DCGM_FI_DEV_FB_USED", (71_000.0, 1_000.0), (0.0, 0.0)),
+];
 const SIGTERM: i32 = 15;
 
 /// One record the cluster puts on a topic.
@@ -539,34 +551,14 @@ impl Sim {
                         rank: None,
                         labels: BTreeMap::from([("Hostname".to_string(), name.clone())]),
                     };
-                    samples.push(gauge(
-                        "DCGM_FI_DEV_GPU_UTIL",
-                        if busy { 93.0 + 6.0 * noise } else { 0.0 },
-                    ));
-                    samples.push(gauge(
-                        "DCGM_FI_DEV_GPU_TEMP",
-                        if busy {
-                            62.0 + 10.0 * noise
+                    for (metric, (busy_base, busy_span), (idle_base, idle_span)) in GAUGES {
+                        let (base, span) = if busy {
+                            (busy_base, busy_span)
                         } else {
-                            35.0 + 3.0 * noise
-                        },
-                    ));
-                    samples.push(gauge(
-                        "DCGM_FI_DEV_POWER_USAGE",
-                        if busy {
-                            350.0 + 50.0 * noise
-                        } else {
-                            60.0 + 5.0 * noise
-                        },
-                    ));
-                    samples.push(gauge(
-                        "DCGM_FI_DEV_FB_USED",
-                        if busy {
-                            71_000.0 + 1_000.0 * noise
-                        } else {
-                            0.0
-                        },
-                    ));
+                            (idle_base, idle_span)
+                        };
+                        samples.push(gauge(metric, base + span * noise));
+                    }
                     samples.push(gauge("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", *dbe));
                 }
                 if let Some(job) = running {
