@@ -61,9 +61,12 @@ enum NodeState {
     Up,
     /// Dark: no heartbeats, no telemetry, no logs.
     Down,
-    /// Taken out by an executor; back, repaired, at `repair_at`.
+    /// Taken out by an executor; back, repaired, at `repair_at`. A node
+    /// that was dark stays dark until then; a live one keeps heart-beating
+    /// (its host is up, its GPUs drained).
     Isolated {
         repair_at: i64,
+        dark: bool,
     },
 }
 
@@ -292,7 +295,7 @@ impl Sim {
 
     fn repair_nodes(&mut self, out: &mut Vec<Emission>) {
         for (name, node) in &mut self.nodes {
-            if let NodeState::Isolated { repair_at } = node.state
+            if let NodeState::Isolated { repair_at, .. } = node.state
                 && repair_at <= self.now
             {
                 node.state = NodeState::Up;
@@ -510,7 +513,10 @@ impl Sim {
         let telemetry_ms = (self.config.telemetry_interval_s * 1000.0) as i64;
         let noise_ms = self.config.noise_interval_s * 1000.0;
         for (name, node) in &mut self.nodes {
-            if node.state == NodeState::Down {
+            if matches!(
+                node.state,
+                NodeState::Down | NodeState::Isolated { dark: true, .. }
+            ) {
                 continue;
             }
             let running = node
@@ -731,7 +737,10 @@ impl Sim {
                 let repair_at = now + ms(self.config.repair_s);
                 let node = self.nodes.get_mut(name).expect("judged");
                 if !matches!(node.state, NodeState::Isolated { .. }) {
-                    node.state = NodeState::Isolated { repair_at };
+                    node.state = NodeState::Isolated {
+                        repair_at,
+                        dark: node.state == NodeState::Down,
+                    };
                 }
                 if let Some(index) = node.fault.take() {
                     self.truth.resolve(index, now, request.action);

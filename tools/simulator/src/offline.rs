@@ -221,6 +221,44 @@ mod tests {
     }
 
     #[test]
+    fn a_repaired_node_comes_back_and_the_cluster_regains_its_ideal_rate() {
+        let config = SimConfig {
+            mtbf_s: 0.0,
+            repair_s: 600.0,
+            ..SimConfig::default()
+        };
+        let mut run = offline(
+            config,
+            Some("time_s,node,kind\n300,node-005,lost_connection\n"),
+        );
+        let summary = run.run_for(2_400.0);
+        let fault = &summary.faults[0];
+        assert_eq!(
+            fault.resolved_by,
+            Some(CommandAction::IsolateNode),
+            "{fault:?}"
+        );
+        // Shrunk around the lost node, then grown back once it is repaired.
+        assert!(
+            summary
+                .actions_by_kind
+                .get("reconfigure")
+                .copied()
+                .unwrap_or(0)
+                >= 2,
+            "{}",
+            summary.table()
+        );
+        let ideal = run.sim.truth().ideal_rate();
+        assert!(
+            (run.sim.current_rate() - ideal).abs() < ideal * 1e-9,
+            "{} of {ideal}",
+            run.sim.current_rate()
+        );
+        assert_eq!(summary.false_detections, 0, "{}", summary.table());
+    }
+
+    #[test]
     fn a_healthy_cluster_comes_close_to_the_ideal() {
         let config = SimConfig {
             mtbf_s: 0.0,
