@@ -113,7 +113,8 @@ struct NodeView {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct PartitionClock {
     newest_ms: Option<i64>,
-    caught_up: bool,
+    /// The consumer has unread records on it.
+    behind: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -140,6 +141,9 @@ pub struct Detector {
     /// Per topic and partition: the newest event time read and whether the
     /// consumer has caught up with it.
     clocks: BTreeMap<String, BTreeMap<i32, PartitionClock>>,
+    /// How many clocks are behind; none (in-order feeds, a consumer that
+    /// keeps up) spares the timers the scan of a cluster's partitions.
+    behind: usize,
     stats: DetectorStats,
 }
 
@@ -150,6 +154,7 @@ impl Detector {
             rules,
             clusters: BTreeMap::new(),
             clocks: BTreeMap::new(),
+            behind: 0,
             stats: DetectorStats::default(),
         }
     }
@@ -159,6 +164,7 @@ impl Detector {
     pub fn reset(&mut self) {
         self.clusters.clear();
         self.clocks.clear();
+        self.behind = 0;
     }
 
     pub fn config(&self) -> &DetectorConfig {
@@ -283,7 +289,12 @@ impl Detector {
                 .or_default(),
         };
         clock.newest_ms = clock.newest_ms.max(accepted_ms);
-        clock.caught_up = input.caught_up;
+        match (clock.behind, input.caught_up) {
+            (false, false) => self.behind += 1,
+            (true, true) => self.behind -= 1,
+            _ => {}
+        }
+        clock.behind = !input.caught_up;
         for reason in rejected.iter().take(1) {
             self.stats.rejected += 1;
             let more = rejected.len() - 1;
@@ -344,17 +355,19 @@ impl Detector {
         let (config, clusters, clocks) = (&self.config, &mut self.clusters, &self.clocks);
         let view = clusters.get_mut(cluster).expect("created by apply");
         let Some(newest) = view.newest_ms else { return };
+        let clocks = if self.behind > 0 { Some(clocks) } else { None };
         // The newest time every partition still being read has reached:
         // a node whose heartbeats sit unread in a lagging partition is not
         // silent, only behind.
-        let behind = view
-            .sources
-            .iter()
-            .filter_map(|(topic, partitions)| clocks.get(topic).map(|c| (c, partitions)))
-            .flat_map(|(c, partitions)| partitions.iter().filter_map(|p| c.get(p)))
-            .filter(|clock| !clock.caught_up)
-            .filter_map(|clock| clock.newest_ms)
-            .min();
+        let behind = clocks.and_then(|clocks| {
+            view.sources
+                .iter()
+                .filter_map(|(topic, partitions)| clocks.get(topic).map(|c| (c, partitions)))
+                .flat_map(|(c, partitions)| partitions.iter().filter_map(|p| c.get(p)))
+                .filter(|clock| clock.behind)
+                .filter_map(|clock| clock.newest_ms)
+                .min()
+        });
         let watermark = behind.map_or(newest, |b| b.min(newest)) - ms(config.allowed_lateness_s);
         let mut due = Vec::new();
         // Heartbeat loss: pop the deadlines the watermark has passed.
