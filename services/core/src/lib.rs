@@ -10,6 +10,7 @@ pub mod detector;
 pub mod executor;
 pub mod planner;
 pub mod records;
+pub mod replay;
 pub mod signing;
 pub mod taxonomy;
 
