@@ -13,6 +13,7 @@ pub mod dlq;
 pub mod embedded;
 mod error;
 pub mod formats;
+pub mod history;
 pub mod metrics;
 pub mod producer;
 pub mod rebalance;
