@@ -48,6 +48,12 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         rules: Option<PathBuf>,
     },
+    /// Re-derive every failure, decision and command from the recorded inputs and compare
+    /// (exit 0 only when nothing diverged); with --policy or --what-if-config, show what
+    /// another policy or configuration would have done.
+    Replay(crate::replay::ReplayArgs),
+    /// The causal chain of one command: source records, failure, decision, command, results.
+    Explain(crate::explain::ExplainArgs),
     /// Solve one allocation problem (JSON in, JSON out), for what-if questions.
     Plan {
         /// The problem: {"gpus", "unit", "d_running_s", "jobs": [...]}; see docs/planner.md.
@@ -140,6 +146,8 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             summary_json,
         } => crate::services::sim(&config, duration, summary_json).await,
         Command::Classify { rules } => crate::classify::run(&config, rules),
+        Command::Replay(args) => crate::replay::run(&config, args),
+        Command::Explain(args) => crate::explain::run(&config, args),
     }
 }
 

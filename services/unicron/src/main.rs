@@ -3,7 +3,10 @@
 mod classify;
 mod cli;
 mod config;
+mod explain;
+mod history;
 mod plan;
+mod replay;
 mod services;
 mod topics;
 mod up;

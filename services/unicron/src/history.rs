@@ -1,0 +1,231 @@
+//! The recorded history replay and explain read: every unicron topic, from
+//! Kafka (what retention still holds) or from the Avro archive.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+use unicron_bus::schemas::AvroRecord;
+use unicron_bus::{AvroCodec, KafkaConfig};
+use unicron_core::detector::{Observation, Source};
+use unicron_core::planner::{Input, InputEvent};
+use unicron_core::replay::SourcedObservation;
+use unicron_core::{
+    AgentEvent, ClusterEvent, Command, CommandResult, Decision, FailureEvent, LogRecord,
+    TelemetryBatch,
+};
+
+/// One record and where it was in the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded<T> {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub record: T,
+}
+
+/// Where the history comes from.
+#[derive(Debug, Clone)]
+pub enum Origin<'a> {
+    Kafka {
+        config: &'a KafkaConfig,
+        brokers: String,
+    },
+    Archive(&'a Path),
+}
+
+/// Every topic's records, decoded; undecodable ones are counted, not kept
+/// (the services dead-lettered them when they were live).
+#[derive(Debug, Default)]
+pub struct History {
+    pub telemetry: Vec<Recorded<TelemetryBatch>>,
+    pub logs: Vec<Recorded<LogRecord>>,
+    pub agent: Vec<Recorded<AgentEvent>>,
+    pub failures: Vec<Recorded<FailureEvent>>,
+    pub cluster: Vec<Recorded<ClusterEvent>>,
+    pub results: Vec<Recorded<CommandResult>>,
+    pub decisions: Vec<Recorded<Decision>>,
+    pub commands: Vec<Recorded<Command>>,
+    pub undecodable: u64,
+    /// Topic names as configured (with the prefix).
+    pub names: TopicNames,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct TopicNames {
+    pub telemetry: String,
+    pub logs: String,
+    pub agent: String,
+    pub failures: String,
+    pub cluster: String,
+    pub results: String,
+    pub decisions: String,
+    pub commands: String,
+}
+
+impl TopicNames {
+    pub fn new(kafka: &KafkaConfig) -> TopicNames {
+        TopicNames {
+            telemetry: kafka.topic("telemetry"),
+            logs: kafka.topic("logs"),
+            agent: kafka.topic("agent"),
+            failures: kafka.topic("failures"),
+            cluster: kafka.topic("cluster"),
+            results: kafka.topic("command-results"),
+            decisions: kafka.topic("decisions"),
+            commands: kafka.topic("commands"),
+        }
+    }
+}
+
+fn load<T: AvroRecord>(
+    origin: &Origin<'_>,
+    topic: &str,
+    undecodable: &mut u64,
+) -> anyhow::Result<Vec<Recorded<T>>> {
+    match origin {
+        Origin::Kafka { config, brokers } => {
+            let codec = AvroCodec::<T>::default();
+            let raw = unicron_bus::history::read_topic(config, brokers, topic)
+                .with_context(|| format!("reading {topic} from {brokers}"))?;
+            let mut out = Vec::with_capacity(raw.len());
+            for r in raw {
+                match codec.decode(&r.payload) {
+                    Ok(record) => out.push(Recorded {
+                        topic: r.topic,
+                        partition: r.partition,
+                        offset: r.offset,
+                        record,
+                    }),
+                    Err(_) => *undecodable += 1,
+                }
+            }
+            Ok(out)
+        }
+        Origin::Archive(dir) => {
+            let archived = unicron_bus::archive::read_topic::<T>(dir, topic)
+                .with_context(|| format!("reading {topic} from the archive {}", dir.display()))?;
+            Ok(archived
+                .into_iter()
+                .map(|a| Recorded {
+                    topic: a.topic,
+                    partition: a.partition,
+                    offset: a.offset,
+                    record: a.record,
+                })
+                .collect())
+        }
+    }
+}
+
+/// Which parts of the history a command needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    pub detector_inputs: bool,
+}
+
+impl History {
+    pub fn load(origin: &Origin<'_>, names: TopicNames, needs: Needs) -> anyhow::Result<History> {
+        let mut h = History {
+            names: names.clone(),
+            ..History::default()
+        };
+        let mut bad = 0;
+        if needs.detector_inputs {
+            h.telemetry = load(origin, &names.telemetry, &mut bad)?;
+            h.logs = load(origin, &names.logs, &mut bad)?;
+            h.agent = load(origin, &names.agent, &mut bad)?;
+        }
+        h.failures = load(origin, &names.failures, &mut bad)?;
+        h.cluster = load(origin, &names.cluster, &mut bad)?;
+        h.results = load(origin, &names.results, &mut bad)?;
+        h.decisions = load(origin, &names.decisions, &mut bad)?;
+        h.commands = load(origin, &names.commands, &mut bad)?;
+        h.undecodable = bad;
+        Ok(h)
+    }
+
+    /// Records read, all topics.
+    pub fn len(&self) -> u64 {
+        (self.telemetry.len()
+            + self.logs.len()
+            + self.agent.len()
+            + self.failures.len()
+            + self.cluster.len()
+            + self.results.len()
+            + self.decisions.len()
+            + self.commands.len()) as u64
+    }
+
+    /// The planner's inputs by (topic, partition, offset).
+    pub fn planner_inputs(&self) -> BTreeMap<(String, i32, i64), Input> {
+        let mut out = BTreeMap::new();
+        let mut put = |topic: &str, partition: i32, offset: i64, event: InputEvent| {
+            out.insert(
+                (topic.to_string(), partition, offset),
+                Input {
+                    topic: topic.to_string(),
+                    partition,
+                    offset,
+                    event,
+                },
+            );
+        };
+        for r in &self.failures {
+            put(
+                &r.topic,
+                r.partition,
+                r.offset,
+                InputEvent::Failure(r.record.clone()),
+            );
+        }
+        for r in &self.cluster {
+            put(
+                &r.topic,
+                r.partition,
+                r.offset,
+                InputEvent::Cluster(r.record.clone()),
+            );
+        }
+        for r in &self.results {
+            put(
+                &r.topic,
+                r.partition,
+                r.offset,
+                InputEvent::Result(r.record.clone()),
+            );
+        }
+        out
+    }
+
+    /// The detector's inputs, as the detector service splits them.
+    pub fn observations(&self, cluster: Option<&str>) -> Vec<SourcedObservation> {
+        let keep = |c: &str| cluster.is_none_or(|want| want == c);
+        let source = |topic: &str, partition: i32, offset: i64| Source {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            index: 0,
+        };
+        let mut out = Vec::new();
+        for r in self.telemetry.iter().filter(|r| keep(&r.record.cluster)) {
+            out.push(SourcedObservation {
+                source: source(&r.topic, r.partition, r.offset),
+                observation: Observation::Telemetry(r.record.clone()),
+            });
+        }
+        for r in self.logs.iter().filter(|r| keep(&r.record.cluster)) {
+            out.push(SourcedObservation {
+                source: source(&r.topic, r.partition, r.offset),
+                observation: Observation::Log(r.record.clone()),
+            });
+        }
+        for r in self.agent.iter().filter(|r| keep(&r.record.cluster)) {
+            out.push(SourcedObservation {
+                source: source(&r.topic, r.partition, r.offset),
+                observation: Observation::Agent(r.record.clone()),
+            });
+        }
+        out
+    }
+}
