@@ -76,15 +76,18 @@ pub fn read_topic(
         if message.offset() >= end {
             continue;
         }
-        by_partition.entry(partition).or_default().push(InboundRecord {
-            topic: topic.to_string(),
-            partition,
-            offset: message.offset(),
-            key: message.key().map(<[u8]>::to_vec),
-            payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
-            timestamp_ms: message.timestamp().to_millis(),
-            caught_up: message.offset() + 1 >= end,
-        });
+        by_partition
+            .entry(partition)
+            .or_default()
+            .push(InboundRecord {
+                topic: topic.to_string(),
+                partition,
+                offset: message.offset(),
+                key: message.key().map(<[u8]>::to_vec),
+                payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                timestamp_ms: message.timestamp().to_millis(),
+                caught_up: message.offset() + 1 >= end,
+            });
         if message.offset() + 1 >= end {
             remaining -= 1;
         }

@@ -33,6 +33,8 @@ pub enum Command {
     Detector,
     /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.public_keys).
     Executor,
+    /// Run the archiver against `kafka.brokers`: every topic to Avro files in `archiver.dir`.
+    Archiver,
     /// Run the simulated cluster against `kafka.brokers` until Ctrl-C or --duration.
     Sim {
         /// Stop after this much real time and print the summary.
@@ -108,6 +110,13 @@ pub struct UpArgs {
     /// Inject failures from this CSV (time_s,node,kind) instead of the taxonomy mix.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Archive every topic into this directory (default: a new run-<time>
+    /// directory under `archiver.dir` on the embedded broker).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_archive")]
+    pub archive: Option<PathBuf>,
+    /// Do not run the archiver.
+    #[arg(long)]
+    pub no_archive: bool,
 }
 
 /// `90`, `90s`, `10m` or `2h`.
@@ -141,6 +150,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Planner => crate::services::planner(&config).await,
         Command::Detector => crate::services::detector(&config).await,
         Command::Executor => crate::services::executor(&config).await,
+        Command::Archiver => crate::services::archiver(&config).await,
         Command::Sim {
             duration,
             summary_json,

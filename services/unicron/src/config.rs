@@ -11,6 +11,7 @@ use std::path::Path;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+use unicron_archiver::ArchiverSettings;
 use unicron_bus::KafkaConfig;
 use unicron_detector::DetectorSettings;
 use unicron_executor::ExecutorSettings;
@@ -18,7 +19,8 @@ use unicron_planner::PlannerSettings;
 use unicron_simulator::SimConfig;
 
 /// Sections whose keys the environment may override.
-const ENV_SECTIONS: [&str; 7] = [
+const ENV_SECTIONS: [&str; 8] = [
+    "archiver__",
     "kafka__",
     "metrics__",
     "embedded__",
@@ -39,6 +41,7 @@ pub struct Config {
     pub detector: DetectorSettings,
     pub executor: ExecutorSettings,
     pub sim: SimConfig,
+    pub archiver: ArchiverSettings,
 }
 
 /// `[metrics]`: where the Prometheus endpoint listens.
@@ -132,6 +135,9 @@ impl Config {
                 .map_err(|e| ConfigError(e.to_string()))?;
         }
         self.sim.validate().map_err(ConfigError)?;
+        self.archiver
+            .validate()
+            .map_err(|e| ConfigError(e.to_string()))?;
         Ok(())
     }
 }

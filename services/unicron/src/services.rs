@@ -117,3 +117,22 @@ pub async fn sim(
     }
     Ok(())
 }
+
+/// `unicron archiver`: every topic into the Avro archive, until Ctrl-C.
+pub async fn archiver(config: &Config) -> anyhow::Result<()> {
+    let Some(brokers) = config.kafka.brokers.clone() else {
+        bail!(
+            "kafka.brokers: required for `unicron archiver` (use `unicron up` for the embedded broker)"
+        );
+    };
+    println!(
+        "archiver: group {} on {brokers} into {}",
+        config.archiver.group_id,
+        config.archiver.dir.display()
+    );
+    unicron_archiver::run(&config.kafka, &brokers, &config.archiver, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .context("archiver")
+}

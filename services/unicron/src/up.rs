@@ -22,6 +22,10 @@ const SETTLE: Duration = Duration::from_secs(2);
 
 type Service = JoinHandle<anyhow::Result<()>>;
 
+/// Real time the archiver gets, after the services stopped, to read the
+/// records they published last.
+const ARCHIVE_TAIL: Duration = Duration::from_millis(1500);
+
 pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     let topology = Topology::builtin();
     let prefix = &config.kafka.topic_prefix;
@@ -188,6 +192,39 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         );
     }
 
+    // The archiver: last to stop, so it has every record of the run.
+    let archive_dir = match (&args.archive, args.no_archive) {
+        (_, true) => None,
+        (Some(dir), _) => Some(dir.clone()),
+        (None, _) if _embedded.is_some() => {
+            // The embedded broker's offsets start at 0 each run: a directory per run.
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            Some(config.archiver.dir.join(format!("run-{stamp}")))
+        }
+        (None, _) => Some(config.archiver.dir.clone()),
+    };
+    let archiver = match &archive_dir {
+        Some(dir) => {
+            let mut settings = config.archiver.clone();
+            settings.dir = dir.clone();
+            settings.validate().context("archiver")?;
+            let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task: Service = tokio::spawn(async move {
+                unicron_archiver::run(&kafka, &at, &settings, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .context("archiver")
+            });
+            println!("archive: {}", dir.display());
+            Some((stop, task))
+        }
+        None => None,
+    };
+
     let _metrics = if config.metrics.enabled {
         let server = unicron_bus::metrics::serve(config.metrics.listen).await?;
         println!("metrics: http://{}/metrics", server.addr);
@@ -215,6 +252,16 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     for (_, service) in services {
         if !service.is_finished() {
             let _ = tokio::time::timeout(grace, service).await;
+        }
+    }
+    if let Some((stop, task)) = archiver {
+        // Let it read the last records the services published.
+        tokio::time::sleep(ARCHIVE_TAIL).await;
+        let _ = stop.send(());
+        match tokio::time::timeout(grace, task).await {
+            Ok(Ok(Err(e))) => return Err(e),
+            Ok(Err(e)) => anyhow::bail!("archiver task: {e}"),
+            _ => {}
         }
     }
     outcome?;

@@ -9,6 +9,11 @@ fn unicron() -> Command {
     command.env_remove("RUST_LOG");
     // Port 0: tests never collide on the default metrics port.
     command.env("UNICRON_METRICS__LISTEN", "127.0.0.1:0");
+    // `up` archives by default; never into the source tree.
+    command.env(
+        "UNICRON_ARCHIVER__DIR",
+        std::env::temp_dir().join("unicron-test-archive"),
+    );
     command
 }
 
@@ -157,6 +162,11 @@ fn up_hosts_a_broker_other_processes_can_use() {
         executor.starts_with("executor: not started (no simulator"),
         "{executor}"
     );
+    let archive = lines.next().unwrap().unwrap();
+    assert!(
+        archive.starts_with("archive: ") && archive.contains("unicron-test-archive/run-"),
+        "{archive}"
+    );
     let metrics = lines.next().unwrap().unwrap();
     assert!(
         metrics.starts_with("metrics: http://127.0.0.1:"),
@@ -211,6 +221,7 @@ fn up_answers_each_severity_with_its_action_once() {
         "time_s,node,kind\n200,node-001,nccl_timeout\n400,node-008,cuda_error\n600,node-014,ecc_error\n",
     )
     .unwrap();
+    let archive = dir.path().join("archive");
     let s = up_summary(
         &[
             "--duration",
@@ -219,6 +230,8 @@ fn up_answers_each_severity_with_its_action_once() {
             "20",
             "--trace",
             trace.to_str().unwrap(),
+            "--archive",
+            archive.to_str().unwrap(),
         ],
         &[],
     );
@@ -250,6 +263,77 @@ fn up_answers_each_severity_with_its_action_once() {
     assert_eq!(s["false_detections"], 0, "{s:#}");
     let waf = s["waf_fraction"].as_f64().unwrap();
     assert!(waf > 0.3 && waf < 1.0, "{waf}");
+
+    // The archive of the run replays with no divergence ...
+    let report = dir.path().join("replay.json");
+    let out = run(&[
+        "replay",
+        "--from-archive",
+        archive.to_str().unwrap(),
+        "--json",
+        report.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(r["decisions_compared"].as_u64().unwrap() >= 6, "{r:#}");
+    assert_eq!(r["diverged"], 0, "{r:#}");
+    assert_eq!(r["failures"]["compared"], 3, "{r:#}");
+
+    // ... and explains the isolation of the ECC node link by link.
+    let list = run(&[
+        "explain",
+        "--list",
+        "--from-archive",
+        archive.to_str().unwrap(),
+    ]);
+    assert!(list.status.success(), "{}", text(&list.stderr));
+    let listed = text(&list.stdout);
+    let id = listed
+        .lines()
+        .find(|l| l.contains(" isolate_node "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("no isolation in {listed}"));
+    let out = run(&[
+        "explain",
+        id,
+        "--from-archive",
+        archive.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let chain: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let source = &chain["sources"][0];
+    assert!(
+        source["record"]["line"].as_str().unwrap().contains("Xid"),
+        "{chain:#}"
+    );
+    assert_eq!(chain["failure"]["kind"], "ecc_error", "{chain:#}");
+    assert!(
+        chain["failure"]["evidence"][0]["offset"] == source["offset"],
+        "{chain:#}"
+    );
+    assert_eq!(chain["decision"]["id"], chain["command"]["decision_id"]);
+    assert!(
+        !chain["decision"]["alternatives"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{chain:#}"
+    );
+    assert_eq!(chain["command"]["nodes"][0], "node-014");
+    let statuses: Vec<&str> = chain["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["accepted", "succeeded"], "{chain:#}");
 }
 
 /// Same seed, same summary: the loop's outcome depends on event time only.
