@@ -161,6 +161,46 @@ fn compare_step(comparison: &mut Comparison, step: &RecordedStep, out: &Replayed
     }
 }
 
+/// The recorded decisions in the order they were taken, each with its
+/// trigger input (looked up by topic, partition, offset) and its commands.
+/// Decisions and commands a planner restart published twice are kept once.
+pub fn steps<'a>(
+    decisions: impl IntoIterator<Item = &'a Decision>,
+    inputs: &BTreeMap<(String, i32, i64), Input>,
+    commands: impl IntoIterator<Item = &'a Command>,
+    cluster: Option<&str>,
+) -> Vec<RecordedStep> {
+    let mut by_decision: BTreeMap<&str, Vec<&Command>> = BTreeMap::new();
+    let mut seen_commands = BTreeSet::new();
+    for c in commands {
+        if seen_commands.insert(c.id.as_str()) {
+            by_decision
+                .entry(c.decision_id.as_str())
+                .or_default()
+                .push(c);
+        }
+    }
+    let mut seen = BTreeSet::new();
+    decisions
+        .into_iter()
+        .filter(|d| cluster.is_none_or(|c| c == d.cluster))
+        .filter(|d| seen.insert(d.id.as_str()))
+        .map(|d| {
+            let t = &d.trigger;
+            RecordedStep {
+                input: inputs
+                    .get(&(t.topic.clone(), t.partition, t.offset))
+                    .cloned(),
+                decision: d.clone(),
+                commands: by_decision
+                    .get(d.id.as_str())
+                    .map(|cs| cs.iter().map(|c| (*c).clone()).collect())
+                    .unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
 /// What identifies a failure independently of read order.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct FailureKey {

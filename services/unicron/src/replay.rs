@@ -2,7 +2,7 @@
 //! recorded inputs and compare; or, with `--policy` / `--what-if-config`,
 //! show what another policy or configuration would have done instead.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -153,41 +153,14 @@ fn in_window(args: &ReplayArgs, cluster: &str, time_ms: i64) -> bool {
         && args.until.is_none_or(|u| time_ms < u)
 }
 
-/// The recorded decisions in the order they were taken, each with its
-/// trigger input and commands. Re-published duplicates (a planner restart
-/// publishes its outbox again) are dropped by id.
+/// The recorded steps of `history` (see `unicron_core::replay::steps`).
 pub fn steps(history: &History, cluster: Option<&str>) -> Vec<RecordedStep> {
-    let inputs = history.planner_inputs();
-    let mut commands: BTreeMap<&str, Vec<&unicron_core::Command>> = BTreeMap::new();
-    let mut seen_commands = BTreeSet::new();
-    for c in &history.commands {
-        if seen_commands.insert(c.record.id.as_str()) {
-            commands
-                .entry(c.record.decision_id.as_str())
-                .or_default()
-                .push(&c.record);
-        }
-    }
-    let mut seen = BTreeSet::new();
-    history
-        .decisions
-        .iter()
-        .filter(|d| cluster.is_none_or(|c| c == d.record.cluster))
-        .filter(|d| seen.insert(d.record.id.as_str()))
-        .map(|d| {
-            let t = &d.record.trigger;
-            RecordedStep {
-                input: inputs
-                    .get(&(t.topic.clone(), t.partition, t.offset))
-                    .cloned(),
-                decision: d.record.clone(),
-                commands: commands
-                    .get(d.record.id.as_str())
-                    .map(|cs| cs.iter().map(|c| (*c).clone()).collect())
-                    .unwrap_or_default(),
-            }
-        })
-        .collect()
+    replay::steps(
+        history.decisions.iter().map(|d| &d.record),
+        &history.planner_inputs(),
+        history.commands.iter().map(|c| &c.record),
+        cluster,
+    )
 }
 
 fn replay(

@@ -11,7 +11,10 @@ use unicron_core::detector::{
 use unicron_core::executor::{ActionRequest, Gate, Outcome, result};
 use unicron_core::planner::{Input, InputEvent, Output, Planner, PlannerConfig};
 use unicron_core::signing::CommandSigner;
-use unicron_core::{CommandResult, CommandStatus};
+use unicron_core::{
+    AgentEvent, ClusterEvent, Command, CommandResult, CommandStatus, Decision, FailureEvent,
+    LogRecord, TelemetryBatch,
+};
 
 use crate::model::{Emission, Sim};
 use crate::truth::Summary;
@@ -26,6 +29,36 @@ pub struct Flow {
     pub rejected_commands: u64,
 }
 
+/// One record of the loop as it would be on its topic (partition 0, at
+/// the offset the loop gave it), for archives and benchmarks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Logged {
+    Telemetry(TelemetryBatch),
+    Log(LogRecord),
+    Agent(AgentEvent),
+    Cluster(ClusterEvent),
+    Failure(FailureEvent),
+    Decision(Decision),
+    Command(Command),
+    Result(CommandResult),
+}
+
+impl Logged {
+    /// The topic's name without a prefix, as the loop's trigger ids use it.
+    pub fn topic(&self) -> &'static str {
+        match self {
+            Logged::Telemetry(_) => "telemetry",
+            Logged::Log(_) => "logs",
+            Logged::Agent(_) => "agent",
+            Logged::Cluster(_) => "cluster",
+            Logged::Failure(_) => "failures",
+            Logged::Decision(_) => "decisions",
+            Logged::Command(_) => "commands",
+            Logged::Result(_) => "command-results",
+        }
+    }
+}
+
 /// Detector, planner, executor gate and simulator wired in memory.
 pub struct Offline {
     pub sim: Sim,
@@ -34,6 +67,8 @@ pub struct Offline {
     gate: Gate,
     offsets: BTreeMap<&'static str, i64>,
     pub flow: Flow,
+    /// Every record in offset order per topic, when recording.
+    pub log: Option<Vec<Logged>>,
 }
 
 impl Offline {
@@ -48,6 +83,19 @@ impl Offline {
             gate: Gate::new(cluster, keys, 3_600_000),
             offsets: BTreeMap::new(),
             flow: Flow::default(),
+            log: None,
+        }
+    }
+
+    /// Keeps every record of the run in `log`.
+    pub fn recording(mut self) -> Offline {
+        self.log = Some(Vec::new());
+        self
+    }
+
+    fn keep(&mut self, record: impl FnOnce() -> Logged) {
+        if let Some(log) = &mut self.log {
+            log.push(record());
         }
     }
 
@@ -74,6 +122,7 @@ impl Offline {
         self.flow.records += 1;
         let (topic, observation) = match emission {
             Emission::Cluster(event) => {
+                self.keep(|| Logged::Cluster(event.clone()));
                 let offset = self.next_offset("cluster");
                 self.plan(Input {
                     topic: "cluster".into(),
@@ -87,6 +136,11 @@ impl Offline {
             Emission::Telemetry(r) => ("telemetry", Observation::Telemetry(r)),
             Emission::Agent(r) => ("agent", Observation::Agent(r)),
         };
+        self.keep(|| match &observation {
+            Observation::Log(r) => Logged::Log(r.clone()),
+            Observation::Telemetry(r) => Logged::Telemetry(r.clone()),
+            Observation::Agent(r) => Logged::Agent(r.clone()),
+        });
         let offset = self.next_offset(topic);
         let outputs = self.detector.apply(&DetectorInput {
             source: Source {
@@ -102,6 +156,7 @@ impl Offline {
             if let DetectorOutput::Failure(failure) = output {
                 self.flow.failures += 1;
                 self.sim.observe_failure(&failure);
+                self.keep(|| Logged::Failure(failure.clone()));
                 let offset = self.next_offset("failures");
                 self.plan(Input {
                     topic: "failures".into(),
@@ -120,9 +175,13 @@ impl Offline {
         while let Some(input) = queue.pop() {
             for output in self.planner.apply(&input) {
                 match output {
-                    Output::Decision(_) => self.flow.decisions += 1,
+                    Output::Decision(decision) => {
+                        self.flow.decisions += 1;
+                        self.keep(|| Logged::Decision(decision));
+                    }
                     Output::Command(command) => {
                         self.flow.commands += 1;
+                        self.keep(|| Logged::Command(command.clone()));
                         let outcome: CommandResult = match self.gate.check(&command) {
                             Err(why) => {
                                 self.flow.rejected_commands += 1;
@@ -151,6 +210,7 @@ impl Offline {
                                 )
                             }
                         };
+                        self.keep(|| Logged::Result(outcome.clone()));
                         let offset = self.next_offset("command-results");
                         queue.push(Input {
                             topic: "command-results".into(),
