@@ -191,10 +191,14 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         }
     }
 
-    /// Marks `record` handled: its offset is committed with the next commit.
+    /// Marks `record` handled: the offset after it is committed with the
+    /// next commit, and a restarted member resumes there.
     pub fn mark_done(&self, record: &InboundRecord) -> Result<(), BusError> {
+        // rdkafka's `store_offset` calls librdkafka's `rd_kafka_offset_store`,
+        // which stores `offset + 1` itself ("Store offset offset + 1",
+        // rdkafka.h): given the record's own offset, the next one is stored.
         self.inner
-            .store_offset(&record.topic, record.partition, record.offset + 1)?;
+            .store_offset(&record.topic, record.partition, record.offset)?;
         Ok(())
     }
 

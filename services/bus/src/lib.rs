@@ -6,6 +6,7 @@
 //! anything; decisions live in `unicron-core` (DESIGN §2).
 
 pub mod admin;
+pub mod archive;
 pub mod codec;
 pub mod config;
 pub mod consumer;

@@ -201,3 +201,47 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     );
     body
 }
+
+/// A restarted group member resumes at the record after the last one
+/// marked done: not at it (a duplicate), not past it (a record lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_resumes_right_after_the_last_record_marked_done() {
+    let broker = EmbeddedBroker::start(1).unwrap();
+    let mut config = config();
+    // The embedded broker hands a group's partitions to a new member only
+    // once the old member's session has expired.
+    config.properties.insert(
+        "session.timeout.ms".into(),
+        unicron_bus::config::PropertyValue::Int(6000),
+    );
+    let topic = "t.resume";
+    broker.create_topic(topic, 1).unwrap();
+    let producer = Producer::new(&config, broker.bootstrap_servers()).unwrap();
+    let codec = AvroCodec::<LogRecord>::default();
+    for _ in 0..5 {
+        producer
+            .send(topic, "node-3", &common::log(false), &codec)
+            .await
+            .unwrap();
+    }
+    {
+        let consumer = Consumer::new(&config, broker.bootstrap_servers(), "g-resume").unwrap();
+        consumer.subscribe(&[topic]).unwrap();
+        for expected in 0..3 {
+            let record = tokio::time::timeout(WAIT, consumer.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(record.offset, expected);
+            consumer.mark_done(&record).unwrap();
+        }
+        consumer.commit_now().unwrap();
+    } // closing commits what is stored
+    let consumer = Consumer::new(&config, broker.bootstrap_servers(), "g-resume").unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let record = tokio::time::timeout(WAIT, consumer.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.offset, 3);
+}
