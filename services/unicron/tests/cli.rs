@@ -285,6 +285,23 @@ fn up_answers_each_severity_with_its_action_once() {
     assert_eq!(r["diverged"], 0, "{r:#}");
     assert_eq!(r["failures"]["compared"], 3, "{r:#}");
 
+    // A command altered in the archive is a divergence, shown both ways.
+    let altered = dir.path().join("altered");
+    let id = tamper_with_a_command(&archive, &altered);
+    let out = run(&["replay", "--from-archive", altered.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("first divergence: command {id}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("node-999"), "{stdout}");
+    assert!(
+        text(&out.stderr).contains("1 divergence"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // ... and explains the isolation of the ECC node link by link.
     let list = run(&[
         "explain",
@@ -334,6 +351,66 @@ fn up_answers_each_severity_with_its_action_once() {
         .map(|r| r["status"].as_str().unwrap())
         .collect();
     assert_eq!(statuses, ["accepted", "succeeded"], "{chain:#}");
+}
+
+/// Copies the archive, with the nodes of the first command that has any
+/// replaced; returns that command's id.
+fn tamper_with_a_command(from: &std::path::Path, to: &std::path::Path) -> String {
+    use unicron_bus::archive::{self, ArchiveWriter, WriterOptions};
+    use unicron_bus::schemas::{AvroRecord, RecordType};
+    use unicron_core::*;
+
+    fn copy<T: AvroRecord>(
+        file: &archive::ArchiveFile,
+        record_type: RecordType,
+        writer: &mut ArchiveWriter,
+        alter: &mut dyn FnMut(&mut T) -> bool,
+    ) {
+        let codec = unicron_bus::AvroCodec::<T>::default();
+        for mut a in archive::read::<T>(&file.path, record_type).unwrap() {
+            alter(&mut a.record);
+            let raw = unicron_bus::InboundRecord {
+                topic: a.topic,
+                partition: a.partition,
+                offset: a.offset,
+                key: a.key,
+                payload: codec.encode(&a.record).unwrap(),
+                timestamp_ms: a.timestamp_ms,
+                caught_up: true,
+            };
+            writer.append(&raw, record_type).unwrap();
+        }
+    }
+
+    let topology = unicron_bus::Topology::builtin();
+    let mut writer = ArchiveWriter::open(to, WriterOptions::default()).unwrap();
+    let mut changed: Option<String> = None;
+    for file in archive::list(from).unwrap() {
+        let name = file.topic.trim_start_matches("unicron.");
+        let spec = topology.topics.iter().find(|t| t.name == name).unwrap();
+        let rt = RecordType::from_name(&spec.record).unwrap();
+        let w = &mut writer;
+        match rt {
+            RecordType::TelemetryBatch => copy::<TelemetryBatch>(&file, rt, w, &mut |_| false),
+            RecordType::LogRecord => copy::<LogRecord>(&file, rt, w, &mut |_| false),
+            RecordType::AgentEvent => copy::<AgentEvent>(&file, rt, w, &mut |_| false),
+            RecordType::FailureEvent => copy::<FailureEvent>(&file, rt, w, &mut |_| false),
+            RecordType::ClusterEvent => copy::<ClusterEvent>(&file, rt, w, &mut |_| false),
+            RecordType::Decision => copy::<Decision>(&file, rt, w, &mut |_| false),
+            RecordType::CommandResult => copy::<CommandResult>(&file, rt, w, &mut |_| false),
+            RecordType::DeadLetter => copy::<DeadLetter>(&file, rt, w, &mut |_| false),
+            RecordType::Command => copy::<Command>(&file, rt, w, &mut |c: &mut Command| {
+                if changed.is_none() && !c.nodes.is_empty() {
+                    c.nodes = vec!["node-999".into()];
+                    changed = Some(c.id.clone());
+                    return true;
+                }
+                false
+            }),
+        }
+    }
+    writer.close_all().unwrap();
+    changed.expect("a command with nodes")
 }
 
 /// Same seed, same summary: the loop's outcome depends on event time only.
