@@ -327,9 +327,20 @@ pub fn read<T: AvroRecord>(
             ),
         ));
     }
-    let file = File::open(path).map_err(|e| file_error(path, e))?;
-    let reader = Reader::with_schema(entry_schema(record_type), BufReader::new(file))
-        .map_err(|e| file_error(path, e))?;
+    let open = || {
+        File::open(path)
+            .map(BufReader::new)
+            .map_err(|e| file_error(path, e))
+    };
+    // Resolution against the reader schema costs a copy of every value; a
+    // file written with the current schema (the usual case) skips it.
+    let current = entry_schema(record_type);
+    let plain = Reader::new(open()?).map_err(|e| file_error(path, e))?;
+    let reader = if plain.writer_schema() == current {
+        plain
+    } else {
+        Reader::with_schema(current, open()?).map_err(|e| file_error(path, e))?
+    };
     if let Some(written) = reader.user_metadata().get(META_RECORD)
         && written.as_slice() != record_type.name().as_bytes()
     {

@@ -285,6 +285,31 @@ fn up_answers_each_severity_with_its_action_once() {
     assert_eq!(r["diverged"], 0, "{r:#}");
     assert_eq!(r["failures"]["compared"], 3, "{r:#}");
 
+    // What another policy would have done with the same history.
+    let what_if = dir.path().join("what-if.json");
+    let out = run(&[
+        "replay",
+        "--from-archive",
+        archive.to_str().unwrap(),
+        "--policy",
+        "checkpoint-restart",
+        "--json",
+        what_if.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let w: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&what_if).unwrap()).unwrap();
+    assert_eq!(w["what_if"]["policy"], "checkpoint-restart", "{w:#}");
+    let changed = &w["what_if"]["commands"];
+    assert!(
+        changed["added"].as_u64().unwrap() + changed["removed"].as_u64().unwrap() > 0,
+        "{w:#}"
+    );
+    assert!(
+        w["what_if"]["waf_recorded"].as_f64().unwrap() > 0.0,
+        "{w:#}"
+    );
+
     // A command altered in the archive is a divergence, shown both ways.
     let altered = dir.path().join("altered");
     let id = tamper_with_a_command(&archive, &altered);
