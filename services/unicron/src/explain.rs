@@ -86,6 +86,7 @@ pub fn run(config: &Config, args: ExplainArgs) -> anyhow::Result<()> {
         Needs {
             detector_inputs: true,
         },
+        &|_| {},
     )?;
     let Some(command_id) = args.command_id.as_deref().filter(|_| !args.list) else {
         let mut seen = std::collections::BTreeSet::new();

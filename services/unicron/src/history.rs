@@ -125,22 +125,33 @@ pub struct Needs {
 }
 
 impl History {
-    pub fn load(origin: &Origin<'_>, names: TopicNames, needs: Needs) -> anyhow::Result<History> {
+    /// Loads every topic `needs` asks for; `on_topic` hears each topic's
+    /// name before it is read (for progress displays).
+    pub fn load(
+        origin: &Origin<'_>,
+        names: TopicNames,
+        needs: Needs,
+        on_topic: &dyn Fn(&str),
+    ) -> anyhow::Result<History> {
         let mut h = History {
             names: names.clone(),
             ..History::default()
         };
         let mut bad = 0;
+        let read = |topic: &str| {
+            on_topic(topic);
+            topic.to_string()
+        };
         if needs.detector_inputs {
-            h.telemetry = load(origin, &names.telemetry, &mut bad)?;
-            h.logs = load(origin, &names.logs, &mut bad)?;
-            h.agent = load(origin, &names.agent, &mut bad)?;
+            h.telemetry = load(origin, &read(&names.telemetry), &mut bad)?;
+            h.logs = load(origin, &read(&names.logs), &mut bad)?;
+            h.agent = load(origin, &read(&names.agent), &mut bad)?;
         }
-        h.failures = load(origin, &names.failures, &mut bad)?;
-        h.cluster = load(origin, &names.cluster, &mut bad)?;
-        h.results = load(origin, &names.results, &mut bad)?;
-        h.decisions = load(origin, &names.decisions, &mut bad)?;
-        h.commands = load(origin, &names.commands, &mut bad)?;
+        h.failures = load(origin, &read(&names.failures), &mut bad)?;
+        h.cluster = load(origin, &read(&names.cluster), &mut bad)?;
+        h.results = load(origin, &read(&names.results), &mut bad)?;
+        h.decisions = load(origin, &read(&names.decisions), &mut bad)?;
+        h.commands = load(origin, &read(&names.commands), &mut bad)?;
         h.undecodable = bad;
         Ok(h)
     }

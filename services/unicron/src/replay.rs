@@ -120,14 +120,15 @@ pub fn run(config: &Config, args: ReplayArgs) -> anyhow::Result<()> {
         Some(path) => Some(Config::load(Some(path)).map_err(|e| UsageError(e.to_string()))?),
         None => None,
     };
-    let progress = Progress::new();
-    progress.say("reading the history");
+    // Eight topics to read, then decisions, failures and the what-if.
+    let progress = Progress::new(11);
     let history = History::load(
         &origin,
         names,
         Needs {
             detector_inputs: true,
         },
+        &|topic| progress.say(&format!("reading {topic}")),
     )?;
     let report = replay(config, &args, &history, what_if_config.as_ref(), &progress)?;
     progress.done();
@@ -373,19 +374,26 @@ fn side_by_side(left: &str, right: &str) -> String {
     out
 }
 
-/// A spinner with the current phase on a terminal; silent otherwise.
+/// A bar over the replay's phases on a terminal (stderr); silent otherwise.
 struct Progress {
     bar: indicatif::ProgressBar,
 }
 
 impl Progress {
-    fn new() -> Progress {
-        let bar = indicatif::ProgressBar::new_spinner();
+    fn new(phases: u64) -> Progress {
+        let bar = indicatif::ProgressBar::new(phases);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {msg}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
         bar.enable_steady_tick(std::time::Duration::from_millis(120));
         Progress { bar }
     }
 
+    /// Starts the next phase.
     fn say(&self, phase: &str) {
+        self.bar.inc(1);
         self.bar.set_message(phase.to_string());
     }
 
