@@ -1,14 +1,12 @@
 //! `unicron explain COMMAND_ID`: the causal chain of one command, from the
 //! source records through the failure and the decision to the results.
 
-use std::path::PathBuf;
-
 use serde::Serialize;
 use unicron_core::{Command, CommandResult, Decision, Evidence, FailureEvent};
 
 use crate::cli::UsageError;
 use crate::config::Config;
-use crate::history::{History, Needs, Origin, Recorded, TopicNames};
+use crate::history::{History, HistoryArgs, Needs, Recorded, TopicNames};
 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
@@ -18,15 +16,8 @@ pub struct ExplainArgs {
     /// List every command in the history (id, time, action, job, nodes) instead.
     #[arg(long)]
     pub list: bool,
-    /// Read the history from Kafka (`kafka.brokers`, or --brokers).
-    #[arg(long, conflicts_with = "from_archive")]
-    pub from_kafka: bool,
-    /// Read the history from an archive directory.
-    #[arg(long, value_name = "DIR")]
-    pub from_archive: Option<PathBuf>,
-    /// Bootstrap servers for --from-kafka; defaults to `kafka.brokers`.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub brokers: Option<String>,
+    #[command(flatten)]
+    pub history: HistoryArgs,
     /// Print the chain as JSON.
     #[arg(long)]
     pub json: bool,
@@ -57,29 +48,7 @@ pub struct Chain {
 
 pub fn run(config: &Config, args: ExplainArgs) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka);
-    let brokers;
-    let origin = match (&args.from_archive, args.from_kafka) {
-        (Some(dir), _) => Origin::Archive(dir),
-        (None, true) => {
-            brokers = args
-                .brokers
-                .clone()
-                .or_else(|| config.kafka.brokers.clone())
-                .ok_or_else(|| {
-                    UsageError("--from-kafka needs --brokers or kafka.brokers".into())
-                })?;
-            Origin::Kafka {
-                config: &config.kafka,
-                brokers: brokers.clone(),
-            }
-        }
-        (None, false) => {
-            return Err(UsageError(
-                "say where the history is: --from-kafka or --from-archive DIR".into(),
-            )
-            .into());
-        }
-    };
+    let origin = args.history.origin(&config.kafka)?;
     let history = History::load(
         &origin,
         names,

@@ -16,19 +16,12 @@ use unicron_core::signing::CommandSigner;
 
 use crate::cli::UsageError;
 use crate::config::Config;
-use crate::history::{History, Needs, Origin, TopicNames};
+use crate::history::{History, HistoryArgs, Needs, TopicNames};
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
-    /// Read the history from Kafka (`kafka.brokers`, or --brokers).
-    #[arg(long, conflicts_with = "from_archive")]
-    pub from_kafka: bool,
-    /// Read the history from an archive directory (docs/archive.md).
-    #[arg(long, value_name = "DIR")]
-    pub from_archive: Option<PathBuf>,
-    /// Bootstrap servers for --from-kafka; defaults to `kafka.brokers`.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub brokers: Option<String>,
+    #[command(flatten)]
+    pub history: HistoryArgs,
     /// Only this cluster.
     #[arg(long, value_name = "ID")]
     pub cluster: Option<String>,
@@ -93,29 +86,7 @@ pub struct WhatIf {
 
 pub fn run(config: &Config, args: ReplayArgs) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka);
-    let brokers;
-    let origin = match (&args.from_archive, args.from_kafka) {
-        (Some(dir), _) => Origin::Archive(dir),
-        (None, true) => {
-            brokers = args
-                .brokers
-                .clone()
-                .or_else(|| config.kafka.brokers.clone())
-                .ok_or_else(|| {
-                    UsageError("--from-kafka needs --brokers or kafka.brokers".into())
-                })?;
-            Origin::Kafka {
-                config: &config.kafka,
-                brokers: brokers.clone(),
-            }
-        }
-        (None, false) => {
-            return Err(UsageError(
-                "say where the history is: --from-kafka or --from-archive DIR".into(),
-            )
-            .into());
-        }
-    };
+    let origin = args.history.origin(&config.kafka)?;
     let what_if_config = match &args.what_if_config {
         Some(path) => Some(Config::load(Some(path)).map_err(|e| UsageError(e.to_string()))?),
         None => None,
