@@ -29,11 +29,19 @@ fn encode<T: AvroRecord>(record: &T) -> Vec<u8> {
 }
 
 fn read<T: AvroRecord>(dir: &std::path::Path, topic: &str) -> Vec<(i64, T)> {
-    archive::read_topic::<T>(dir, topic)
+    let started = Instant::now();
+    let out: Vec<(i64, T)> = archive::read_topic::<T>(dir, topic)
         .expect("read the archive")
         .into_iter()
         .map(|a| (a.offset, a.record))
-        .collect()
+        .collect();
+    let s = started.elapsed().as_secs_f64();
+    eprintln!(
+        "  read {topic:<16} {:>8} records {s:>6.2} s {:>9.0}/s",
+        out.len(),
+        out.len() as f64 / s
+    );
+    out
 }
 
 fn main() {

@@ -317,6 +317,15 @@ pub fn read<T: AvroRecord>(
     record_type: RecordType,
 ) -> Result<Vec<Archived<T>>, ArchiveError> {
     let path = path.as_ref();
+    if record_type == RecordType::TelemetryBatch && T::RECORD == record_type {
+        let bytes = fs::read(path).map_err(|e| file_error(path, e))?;
+        if let Some(entries) = read_telemetry_fast(&bytes).map_err(|e| file_error(path, e))? {
+            let boxed: Box<dyn std::any::Any> = Box::new(entries);
+            return Ok(*boxed
+                .downcast::<Vec<Archived<T>>>()
+                .expect("T is TelemetryBatch"));
+        }
+    }
     if record_type != T::RECORD {
         return Err(file_error(
             path,
@@ -361,6 +370,91 @@ pub fn read<T: AvroRecord>(
         out.push(entry);
     }
     Ok(out)
+}
+
+/// Telemetry files written with the current schema, decoded directly
+/// (`telemetry_decode`); `None` when the file's writer schema is another,
+/// for apache-avro and its schema resolution to read.
+fn read_telemetry_fast(
+    bytes: &[u8],
+) -> Result<Option<Vec<Archived<unicron_core::TelemetryBatch>>>, String> {
+    use crate::telemetry_decode::{Cursor, telemetry_batch};
+    let mut c = Cursor::new(bytes);
+    if c.take(4)? != b"Obj\x01" {
+        return Err("not an Avro object container file".into());
+    }
+    let mut meta: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    loop {
+        let mut n = c.long()?;
+        if n == 0 {
+            break;
+        }
+        if n < 0 {
+            n = -n;
+            c.long()?;
+        }
+        for _ in 0..n {
+            let key = c.string()?;
+            meta.insert(key, c.bytes()?.to_vec());
+        }
+    }
+    let sync = c.take(16)?;
+    let writer: Schema = match meta
+        .get("avro.schema")
+        .map(|s| Schema::parse_str(&String::from_utf8_lossy(s)))
+    {
+        Some(Ok(schema)) => schema,
+        _ => return Ok(None),
+    };
+    if writer != *entry_schema(RecordType::TelemetryBatch) {
+        return Ok(None);
+    }
+    let deflate = match meta.get("avro.codec").map(Vec::as_slice) {
+        None | Some(b"null") => false,
+        Some(b"deflate") => true,
+        Some(_) => return Ok(None),
+    };
+    let mut out = Vec::new();
+    while !c.is_empty() {
+        let count = usize::try_from(c.long()?).map_err(|_| "negative block count")?;
+        let data = c.bytes()?;
+        if c.take(16)? != sync {
+            return Err("sync marker does not match".into());
+        }
+        let inflated;
+        let block = if deflate {
+            inflated = miniz_oxide::inflate::decompress_to_vec(data)
+                .map_err(|e| format!("deflate: {e:?}"))?;
+            &inflated[..]
+        } else {
+            data
+        };
+        let mut b = Cursor::new(block);
+        for _ in 0..count {
+            let topic = b.string()?;
+            let partition = b.int()?;
+            let offset = b.long()?;
+            let timestamp_ms = if b.optional()? { Some(b.long()?) } else { None };
+            let key = if b.optional()? {
+                Some(b.bytes()?.to_vec())
+            } else {
+                None
+            };
+            let record = telemetry_batch(&mut b)?;
+            out.push(Archived {
+                topic,
+                partition,
+                offset,
+                timestamp_ms,
+                key,
+                record,
+            });
+        }
+        if !b.is_empty() {
+            return Err("block has bytes after its records".into());
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Every archived record of `topic` under `dir`, in (partition, offset)

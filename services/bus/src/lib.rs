@@ -20,6 +20,7 @@ pub mod producer;
 pub mod rebalance;
 pub mod resume;
 pub mod schemas;
+pub mod telemetry_decode;
 pub mod testing;
 pub mod topology;
 

@@ -82,7 +82,7 @@ impl RecordType {
 }
 
 /// Ties a core record type to its schema.
-pub trait AvroRecord: serde::Serialize + serde::de::DeserializeOwned {
+pub trait AvroRecord: serde::Serialize + serde::de::DeserializeOwned + 'static {
     const RECORD: RecordType;
 }
 
