@@ -317,13 +317,19 @@ pub fn read<T: AvroRecord>(
     record_type: RecordType,
 ) -> Result<Vec<Archived<T>>, ArchiveError> {
     let path = path.as_ref();
-    if record_type == RecordType::TelemetryBatch && T::RECORD == record_type {
-        let bytes = fs::read(path).map_err(|e| file_error(path, e))?;
-        if let Some(entries) = read_telemetry_fast(&bytes).map_err(|e| file_error(path, e))? {
-            let boxed: Box<dyn std::any::Any> = Box::new(entries);
-            return Ok(*boxed
+    if T::RECORD == record_type {
+        use crate::direct_decode::{agent_event, telemetry_batch};
+        let fast: Option<Box<dyn std::any::Any>> = match record_type {
+            RecordType::TelemetryBatch => read_fast(path, record_type, telemetry_batch)?
+                .map(|v| Box::new(v) as Box<dyn std::any::Any>),
+            RecordType::AgentEvent => read_fast(path, record_type, agent_event)?
+                .map(|v| Box::new(v) as Box<dyn std::any::Any>),
+            _ => None,
+        };
+        if let Some(entries) = fast {
+            return Ok(*entries
                 .downcast::<Vec<Archived<T>>>()
-                .expect("T is TelemetryBatch"));
+                .expect("the decoder of T's record type gives T"));
         }
     }
     if record_type != T::RECORD {
@@ -372,13 +378,24 @@ pub fn read<T: AvroRecord>(
     Ok(out)
 }
 
-/// Telemetry files written with the current schema, decoded directly
-/// (`telemetry_decode`); `None` when the file's writer schema is another,
-/// for apache-avro and its schema resolution to read.
-fn read_telemetry_fast(
+/// A file of a high-volume record type written with the current schema,
+/// decoded directly (`direct_decode`); `None` when its writer schema is
+/// another, for apache-avro and its schema resolution to read.
+fn read_fast<R>(
+    path: &Path,
+    record_type: RecordType,
+    decode: fn(&mut crate::direct_decode::Cursor<'_>) -> Result<R, String>,
+) -> Result<Option<Vec<Archived<R>>>, ArchiveError> {
+    let bytes = fs::read(path).map_err(|e| file_error(path, e))?;
+    parse_fast(&bytes, record_type, decode).map_err(|e| file_error(path, e))
+}
+
+fn parse_fast<R>(
     bytes: &[u8],
-) -> Result<Option<Vec<Archived<unicron_core::TelemetryBatch>>>, String> {
-    use crate::telemetry_decode::{Cursor, telemetry_batch};
+    record_type: RecordType,
+    decode: fn(&mut crate::direct_decode::Cursor<'_>) -> Result<R, String>,
+) -> Result<Option<Vec<Archived<R>>>, String> {
+    use crate::direct_decode::Cursor;
     let mut c = Cursor::new(bytes);
     if c.take(4)? != b"Obj\x01" {
         return Err("not an Avro object container file".into());
@@ -406,7 +423,7 @@ fn read_telemetry_fast(
         Some(Ok(schema)) => schema,
         _ => return Ok(None),
     };
-    if writer != *entry_schema(RecordType::TelemetryBatch) {
+    if writer != *entry_schema(record_type) {
         return Ok(None);
     }
     let deflate = match meta.get("avro.codec").map(Vec::as_slice) {
@@ -440,7 +457,7 @@ fn read_telemetry_fast(
             } else {
                 None
             };
-            let record = telemetry_batch(&mut b)?;
+            let record = decode(&mut b)?;
             out.push(Archived {
                 topic,
                 partition,

@@ -10,6 +10,7 @@ pub mod archive;
 pub mod codec;
 pub mod config;
 pub mod consumer;
+pub mod direct_decode;
 pub mod dlq;
 pub mod embedded;
 mod error;
@@ -20,7 +21,6 @@ pub mod producer;
 pub mod rebalance;
 pub mod resume;
 pub mod schemas;
-pub mod telemetry_decode;
 pub mod testing;
 pub mod topology;
 

@@ -1,10 +1,10 @@
-//! A direct decoder of `TelemetryBatch` from the Avro binary encoding, and
-//! of archive files of them.
+//! Direct decoders of the two high-volume records, `TelemetryBatch` and
+//! `AgentEvent`, from the Avro binary encoding.
 //!
-//! Telemetry is most of unicron's volume, and apache-avro 0.21 decodes only
+//! They are most of unicron's volume, and apache-avro 0.21 decodes only
 //! through its generic `Value` (every field name copied into every record),
-//! which makes it the bottleneck of replay: about 8,500 batches of 41
-//! samples per second. This decoder reads the current schema's encoding
+//! which made it the bottleneck of replay: about 8,500 telemetry batches of
+//! 41 samples per second. These decoders read the current schema's encoding
 //! straight into the record. It is used only when the writer schema is
 //! exactly the current one; anything else (an older file, another schema)
 //! goes through apache-avro and its schema resolution. Tests check it
@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use unicron_core::{MetricSample, TelemetryBatch};
+use unicron_core::{AgentEvent, AgentEventKind, MetricSample, TelemetryBatch};
 
 /// Reads the primitives of the Avro binary encoding from a byte slice.
 pub struct Cursor<'a> {
@@ -157,6 +157,39 @@ pub fn telemetry_batch(c: &mut Cursor<'_>) -> Result<TelemetryBatch> {
     })
 }
 
+fn optional<'a, T>(
+    c: &mut Cursor<'a>,
+    read: impl FnOnce(&mut Cursor<'a>) -> Result<T>,
+) -> Result<Option<T>> {
+    if c.optional()? {
+        read(c).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// One `AgentEvent` at the cursor.
+pub fn agent_event(c: &mut Cursor<'_>) -> Result<AgentEvent> {
+    Ok(AgentEvent {
+        cluster: c.string()?,
+        node: c.string()?,
+        time_ms: c.long()?,
+        kind: match c.long()? {
+            0 => AgentEventKind::Heartbeat,
+            1 => AgentEventKind::ProcessExit,
+            2 => AgentEventKind::IterationDone,
+            3 => AgentEventKind::Unknown,
+            other => return Err(format!("AgentEventKind symbol {other}")),
+        },
+        job: optional(c, Cursor::string)?,
+        rank: optional(c, Cursor::int)?,
+        exit_code: optional(c, Cursor::int)?,
+        signal: optional(c, Cursor::int)?,
+        iteration: optional(c, Cursor::long)?,
+        iteration_time_ms: optional(c, Cursor::double)?,
+    })
+}
+
 /// One complete datum; trailing bytes are an error.
 pub fn decode(bytes: &[u8]) -> Result<TelemetryBatch> {
     let mut c = Cursor::new(bytes);
@@ -206,6 +239,36 @@ mod tests {
             let bytes = codec.encode(&value).unwrap();
             assert_eq!(decode(&bytes).unwrap(), value);
             assert_eq!(codec.decode(&bytes).unwrap(), value);
+        }
+    }
+
+    #[test]
+    fn agent_events_decode_as_apache_avro_encodes_them() {
+        let codec = AvroCodec::<AgentEvent>::default();
+        let kinds = [
+            AgentEventKind::Heartbeat,
+            AgentEventKind::ProcessExit,
+            AgentEventKind::IterationDone,
+            AgentEventKind::Unknown,
+        ];
+        for (i, kind) in kinds.into_iter().enumerate() {
+            let some = i % 2 == 0;
+            let value = AgentEvent {
+                cluster: "c".into(),
+                node: format!("node-{i}"),
+                time_ms: -(i as i64) * 77_777,
+                kind,
+                job: some.then(|| "job-0".into()),
+                rank: some.then_some(i as i32),
+                exit_code: (!some).then_some(-1),
+                signal: some.then_some(15),
+                iteration: (!some).then_some(i64::MAX),
+                iteration_time_ms: some.then_some(1234.5),
+            };
+            let bytes = codec.encode(&value).unwrap();
+            let mut c = Cursor::new(&bytes);
+            assert_eq!(agent_event(&mut c).unwrap(), value);
+            assert!(c.is_empty());
         }
     }
 
