@@ -71,6 +71,10 @@ pub struct SimConfig {
     /// as `late_actions`.
     pub dispatch_s: f64,
     pub transitions: Transitions,
+    /// Fraction of its profiled throughput a job achieves while running: 1
+    /// for plain training, less for a recovery scheme that computes
+    /// redundantly (the evaluation's Bamboo-like policy).
+    pub throughput_factor: f64,
     /// Where the action endpoint listens (`POST /actions`).
     pub listen: SocketAddr,
     /// Event time of the simulation's start, ms since the epoch.
@@ -96,6 +100,7 @@ impl Default for SimConfig {
             checkpoint_interval_s: 30 * 60,
             dispatch_s: 10.0,
             transitions: Transitions::default(),
+            throughput_factor: 1.0,
             listen: SocketAddr::from(([127, 0, 0, 1], 8090)),
             // 2026-01-01T00:00:00Z
             start_ms: 1_767_225_600_000,
@@ -163,6 +168,12 @@ impl SimConfig {
             if !(value.is_finite() && value >= 0.0) {
                 return bad(field, format!("must be zero or more, got {value}"));
             }
+        }
+        if !(self.throughput_factor > 0.0 && self.throughput_factor <= 1.0) {
+            return bad(
+                "throughput_factor",
+                format!("must be in (0, 1], got {}", self.throughput_factor),
+            );
         }
         if self.checkpoint_interval_s <= 0 {
             return bad("checkpoint_interval_s", "must be positive".into());

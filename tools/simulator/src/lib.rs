@@ -8,6 +8,7 @@
 //! drives it in real time on a broker. See `docs/simulator.md`.
 
 pub mod config;
+pub mod evaluate;
 pub mod faults;
 pub mod model;
 pub mod offline;

@@ -129,6 +129,10 @@ pub struct Sim {
     jobs: BTreeMap<String, Job>,
     trace: VecDeque<TraceEntry>,
     next_random_fault: Option<i64>,
+    /// Failure times, kinds and targets draw only from this generator, so
+    /// every policy run with one seed meets the same failures at the same
+    /// times, whatever else differs.
+    fault_rng: ChaCha8Rng,
     scheduled: BTreeMap<(i64, String), Scheduled>,
     answered: BTreeMap<String, ActionResponse>,
     truth: Truth,
@@ -158,8 +162,9 @@ impl Sim {
             );
         }
         let jobs = plan_jobs(&config);
+        let mut fault_rng = ChaCha8Rng::seed_from_u64(config.seed ^ 0x5eed_fa11);
         let next_random_fault = (trace.is_none() && config.mtbf_s > 0.0)
-            .then(|| config.start_ms + exponential(&mut rng, config.mtbf_s * 1000.0));
+            .then(|| config.start_ms + exponential(&mut fault_rng, config.mtbf_s * 1000.0));
         let ideal_rate = jobs
             .values()
             .map(|j| j.weight * j.model.throughput(j.max_gpus))
@@ -173,6 +178,7 @@ impl Sim {
             jobs,
             trace: trace.unwrap_or_default().into(),
             next_random_fault,
+            fault_rng,
             scheduled: BTreeMap::new(),
             answered: BTreeMap::new(),
             config,
@@ -197,7 +203,7 @@ impl Sim {
         self.jobs
             .values()
             .filter(|j| j.phase == Phase::Running)
-            .map(|j| j.weight * j.model.throughput(self.gpus_of(j)))
+            .map(|j| j.weight * j.model.throughput(self.gpus_of(j)) * self.config.throughput_factor)
             .sum()
     }
 
@@ -326,15 +332,21 @@ impl Sim {
         while let Some(at) = self.next_random_fault
             && at <= self.now
         {
-            let kind = faults::pick(self.rng.random());
+            let kind = faults::pick(self.fault_rng.random());
             self.inject(None, kind, out);
-            self.next_random_fault =
-                Some(at + exponential(&mut self.rng, self.config.mtbf_s * 1000.0).max(TICK_MS));
+            self.next_random_fault = Some(
+                at + exponential(&mut self.fault_rng, self.config.mtbf_s * 1000.0).max(TICK_MS),
+            );
         }
     }
 
     /// Injects `kind` on `node`, or on a random node of a running job.
     fn inject(&mut self, node: Option<&str>, kind: FailureKind, out: &mut Vec<Emission>) {
+        // Drawn whether or not they are used: one fault, two draws.
+        let (target, gpu): (f64, u32) = (
+            self.fault_rng.random(),
+            self.fault_rng.random_range(0..self.config.gpus_per_node),
+        );
         let eligible: Vec<String> = self
             .nodes
             .iter()
@@ -357,9 +369,9 @@ impl Sim {
                 self.truth.skipped += 1;
                 return;
             }
-            None => eligible[self.rng.random_range(0..eligible.len())].clone(),
+            None => eligible[((target * eligible.len() as f64) as usize).min(eligible.len() - 1)]
+                .clone(),
         };
-        let gpu = self.rng.random_range(0..self.config.gpus_per_node);
         let job_id = self.nodes[&name]
             .job
             .clone()
@@ -443,12 +455,13 @@ impl Sim {
     fn progress_jobs(&mut self, out: &mut Vec<Emission>) {
         let gpn = self.config.gpus_per_node;
         let checkpoint_ms = self.config.checkpoint_interval_s * 1000;
+        let factor = self.config.throughput_factor;
         for (id, job) in &mut self.jobs {
             if job.phase != Phase::Running {
                 job.downtime_ms += TICK_MS;
                 continue;
             }
-            let iteration_s = job.model.iteration_s(job.nodes.len() as u32 * gpn);
+            let iteration_s = job.model.iteration_s(job.nodes.len() as u32 * gpn) / factor;
             if !iteration_s.is_finite() {
                 job.downtime_ms += TICK_MS;
                 continue;

@@ -69,6 +69,17 @@ pub struct Offline {
     pub flow: Flow,
     /// Every record in offset order per topic, when recording.
     pub log: Option<Vec<Logged>>,
+    /// Failures of these kinds reach the planner only this long after their
+    /// first evidence: a baseline that learns of them late.
+    delay: Option<DetectionDelay>,
+    held: Vec<unicron_core::FailureEvent>,
+}
+
+/// How late a baseline learns of some kinds of failure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectionDelay {
+    pub kinds: Vec<unicron_core::FailureKind>,
+    pub delay_ms: i64,
 }
 
 impl Offline {
@@ -84,7 +95,40 @@ impl Offline {
             offsets: BTreeMap::new(),
             flow: Flow::default(),
             log: None,
+            delay: None,
+            held: Vec::new(),
         }
+    }
+
+    /// Holds failures of `delay.kinds` back until `delay_ms` after their
+    /// first evidence.
+    pub fn with_detection_delay(mut self, delay: DetectionDelay) -> Offline {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// Hands the planner every held failure whose time has come.
+    fn release_held(&mut self) {
+        let now = self.sim.now_ms();
+        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|f| f.detected_ms <= now);
+        self.held = keep;
+        for failure in due {
+            self.report(failure);
+        }
+    }
+
+    fn report(&mut self, failure: FailureEvent) {
+        self.sim.observe_failure(&failure);
+        self.keep(|| Logged::Failure(failure.clone()));
+        let offset = self.next_offset("failures");
+        self.plan(Input {
+            topic: "failures".into(),
+            partition: 0,
+            offset,
+            event: InputEvent::Failure(failure),
+        });
     }
 
     /// Keeps every record of the run in `log`.
@@ -114,6 +158,7 @@ impl Offline {
             for emission in emissions {
                 self.feed(emission);
             }
+            self.release_held();
         }
         Summary::new(self.sim.truth(), self.sim.config(), self.sim.downtime_s())
     }
@@ -153,17 +198,15 @@ impl Offline {
             caught_up: true,
         });
         for output in outputs {
-            if let DetectorOutput::Failure(failure) = output {
+            if let DetectorOutput::Failure(mut failure) = output {
                 self.flow.failures += 1;
-                self.sim.observe_failure(&failure);
-                self.keep(|| Logged::Failure(failure.clone()));
-                let offset = self.next_offset("failures");
-                self.plan(Input {
-                    topic: "failures".into(),
-                    partition: 0,
-                    offset,
-                    event: InputEvent::Failure(failure),
-                });
+                match &self.delay {
+                    Some(d) if d.kinds.contains(&failure.kind) => {
+                        failure.detected_ms = failure.first_evidence_ms + d.delay_ms;
+                        self.held.push(failure);
+                    }
+                    _ => self.report(failure),
+                }
             }
         }
     }
