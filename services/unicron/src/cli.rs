@@ -56,6 +56,9 @@ pub enum Command {
     Replay(crate::replay::ReplayArgs),
     /// The causal chain of one command: source records, failure, decision, command, results.
     Explain(crate::explain::ExplainArgs),
+    /// Compare recovery policies under the same failures in the offline loop; print the table,
+    /// write it and a plot into docs/EVALUATION.md.
+    Evaluate(crate::evaluate::EvaluateArgs),
     /// Solve one allocation problem (JSON in, JSON out), for what-if questions.
     Plan {
         /// The problem: {"gpus", "unit", "d_running_s", "jobs": [...]}; see docs/planner.md.
@@ -157,6 +160,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         } => crate::services::sim(&config, duration, summary_json).await,
         Command::Classify { rules } => crate::classify::run(&config, rules),
         Command::Replay(args) => crate::replay::run(&config, args),
+        Command::Evaluate(args) => crate::evaluate::run(args),
         Command::Explain(args) => crate::explain::run(&config, args),
     }
 }

@@ -3,6 +3,7 @@
 mod classify;
 mod cli;
 mod config;
+mod evaluate;
 mod explain;
 mod history;
 mod plan;
