@@ -114,6 +114,60 @@ fn bad_simulation_flags_are_one_line_and_exit_2() {
 }
 
 #[test]
+fn evaluate_compares_policies_and_writes_the_docs() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("eval.json");
+    let docs = dir.path().join("docs");
+    let out = run(&[
+        "evaluate",
+        "--scenario",
+        "smoke",
+        "--seeds",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+        "--docs",
+        docs.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("| unicron |"), "{stdout}");
+    let e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(e["scenario"], "smoke");
+    for policy in [
+        "unicron",
+        "checkpoint-restart",
+        "elastic-single-job",
+        "bamboo-like",
+    ] {
+        let waf = e["policies"][policy]["waf_fraction"].as_f64().unwrap();
+        assert!(waf > 0.0 && waf < 1.0, "{policy}: {waf}");
+    }
+    let doc = std::fs::read_to_string(docs.join("EVALUATION.md")).unwrap();
+    assert!(doc.contains("<!-- evaluate:smoke:begin -->") && doc.contains("| unicron |"));
+    let svg = std::fs::read_to_string(docs.join("evaluation/smoke.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    // Running again replaces the section instead of adding another.
+    let again = run(&[
+        "evaluate",
+        "--scenario",
+        "smoke",
+        "--seeds",
+        "1",
+        "--docs",
+        docs.to_str().unwrap(),
+    ]);
+    assert!(again.status.success());
+    let doc = std::fs::read_to_string(docs.join("EVALUATION.md")).unwrap();
+    assert_eq!(doc.matches("<!-- evaluate:smoke:begin -->").count(), 1);
+
+    let bad = run(&["evaluate", "--scenario", "mars", "--no-docs"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("--scenario: `mars`"));
+}
+
+#[test]
 fn topics_create_needs_brokers() {
     let out = run(&["topics", "create"]);
     assert_eq!(out.status.code(), Some(1));
