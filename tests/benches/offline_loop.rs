@@ -13,9 +13,9 @@ use unicron_simulator::{Sim, SimConfig};
 
 fn main() {
     println!(
-        "{:>6} {:>5} {:>10} {:>9} {:>10} {:>14} {:>12} {:>9}",
-        "gpus", "jobs", "sim hours", "failures", "seconds", "sim s / s", "records/s", "WAF"
+        "| GPUs | jobs | simulated hours | failures | seconds | simulated s per s | records/s | WAF of ideal |"
     );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (nodes, jobs, hours) in [(16, 3, 24.0), (128, 8, 2.0)] {
         let config = SimConfig {
             nodes,
@@ -33,7 +33,7 @@ fn main() {
         let summary = run.run_for(hours * 3_600.0);
         let elapsed = started.elapsed().as_secs_f64();
         println!(
-            "{:>6} {:>5} {:>10.0} {:>9} {:>10.2} {:>14.0} {:>12.0} {:>8.1}%",
+            "| {} | {} | {:.0} | {} | {:.2} | {:.0} | {:.0} | {:.1}% |",
             nodes * 8,
             jobs,
             hours,

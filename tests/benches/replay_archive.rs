@@ -37,7 +37,7 @@ fn read<T: AvroRecord>(dir: &std::path::Path, topic: &str) -> Vec<(i64, T)> {
         .collect();
     let s = started.elapsed().as_secs_f64();
     eprintln!(
-        "  read {topic:<16} {:>8} records {s:>6.2} s {:>9.0}/s",
+        "read {topic}: {} records in {s:.2} s, {:.0}/s",
         out.len(),
         out.len() as f64 / s
     );
@@ -181,15 +181,10 @@ fn main() {
     );
 
     let total_s = started.elapsed().as_secs_f64();
-    println!(
-        "{:<44} {:>10} {:>9} {:>12}",
-        "phase (12 simulated hours, 128 GPUs)", "items", "seconds", "per second"
-    );
+    println!("| replay phase (12 simulated hours, 128 GPUs) | items | seconds | per second |");
+    println!("|---|---:|---:|---:|");
     let row = |phase: &str, items: usize, s: f64| {
-        println!(
-            "{phase:<44} {items:>10} {s:>9.2} {:>12.0}",
-            items as f64 / s
-        );
+        println!("| {phase} | {items} | {s:.2} | {:.0} |", items as f64 / s);
     };
     row("read the archive (records)", records, read_s);
     row("re-derive decisions (decisions)", recorded.len(), planner_s);
@@ -199,6 +194,7 @@ fn main() {
         detector_s,
     );
     row("whole replay (records)", records, total_s);
+    println!();
     println!(
         "decisions identical: {}/{}, failures identical: {}/{}",
         comparison.identical,

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every benchmark (release builds) and writes docs/BENCHMARKS.md from
+# what they print: machine, date, commit, the raw transport rate as the
+# reference line, each stage as a fraction of it, then every table. Nothing
+# in that file is typed in by hand.
+#
+#   tools/bench/run.sh [OUT.md]        default docs/BENCHMARKS.md
+#
+# Takes 10-20 minutes on 2 cores with warm builds (the first release build
+# of RocksDB and librdkafka adds about 20). CARGO_TARGET_DIR defaults to a
+# cache outside the checkout.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/unicron-release}"
+out="${1:-docs/BENCHMARKS.md}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+bench() { # name, cargo bench arguments...
+  local name="$1"
+  shift
+  echo "bench: $name" >&2
+  cargo bench -q "$@" >"$work/$name.out"
+}
+
+bench transport -p unicron-tests --bench transport
+bench detector -p unicron-tests --bench detector_pipeline
+bench classify -p unicron-tests --bench classify_lines
+bench plan -p unicron-tests --bench plan_time
+bench failure_to_command -p unicron-planner --bench failure_to_command
+bench offline -p unicron-tests --bench offline_loop
+bench replay -p unicron-tests --bench replay_archive
+
+echo "bench: end to end (unicron up, 60 s)" >&2
+cargo build -q --release -p unicron
+"$CARGO_TARGET_DIR/release/unicron" up --trace tools/traces/example.csv --duration 60s \
+  --no-archive --summary-json "$work/up.json" >"$work/up.out" 2>/dev/null
+
+python3 tools/bench/report.py "$work" >"$out"
+echo "wrote $out" >&2
