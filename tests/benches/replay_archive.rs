@@ -93,15 +93,56 @@ fn main() {
     }
     writer.close_all().unwrap();
 
+    // Best of three: the machine is shared, and one slow run says little.
+    let runs: Vec<Timing> = (0..3).map(|_| replay_once(dir.path(), log.len())).collect();
+    let best = |f: fn(&Timing) -> f64| runs.iter().map(f).fold(f64::INFINITY, f64::min);
+    let (records, decisions) = (runs[0].records, runs[0].decisions);
+    println!(
+        "| replay phase (12 simulated hours, 128 GPUs; best of 3) | items | seconds | per second |"
+    );
+    println!("|---|---:|---:|---:|");
+    let row = |phase: &str, items: usize, s: f64| {
+        println!("| {phase} | {items} | {s:.2} | {:.0} |", items as f64 / s);
+    };
+    row("read the archive (records)", records, best(|t| t.read_s));
+    row(
+        "re-derive decisions (decisions)",
+        decisions,
+        best(|t| t.planner_s),
+    );
+    row(
+        "re-derive failures (records)",
+        records - decisions,
+        best(|t| t.detector_s),
+    );
+    row("whole replay (records)", records, best(|t| t.total_s));
+    let (di, dc, fi, fc) = runs[0].identical;
+    println!();
+    println!("decisions identical: {di}/{dc}, failures identical: {fi}/{fc}");
+}
+
+/// One replay of the archive: (read, decisions, failures, whole) seconds,
+/// record and decision counts, and the identical/compared counts.
+struct Timing {
+    read_s: f64,
+    planner_s: f64,
+    detector_s: f64,
+    total_s: f64,
+    records: usize,
+    decisions: usize,
+    identical: (u64, u64, u64, u64),
+}
+
+fn replay_once(dir: &std::path::Path, expected: usize) -> Timing {
     let started = Instant::now();
-    let telemetry: Vec<(i64, TelemetryBatch)> = read(dir.path(), "telemetry");
-    let logs: Vec<(i64, LogRecord)> = read(dir.path(), "logs");
-    let agent: Vec<(i64, AgentEvent)> = read(dir.path(), "agent");
-    let failures: Vec<(i64, FailureEvent)> = read(dir.path(), "failures");
-    let cluster: Vec<(i64, ClusterEvent)> = read(dir.path(), "cluster");
-    let results: Vec<(i64, CommandResult)> = read(dir.path(), "command-results");
-    let decisions: Vec<(i64, Decision)> = read(dir.path(), "decisions");
-    let commands: Vec<(i64, Command)> = read(dir.path(), "commands");
+    let telemetry: Vec<(i64, TelemetryBatch)> = read(dir, "telemetry");
+    let logs: Vec<(i64, LogRecord)> = read(dir, "logs");
+    let agent: Vec<(i64, AgentEvent)> = read(dir, "agent");
+    let failures: Vec<(i64, FailureEvent)> = read(dir, "failures");
+    let cluster: Vec<(i64, ClusterEvent)> = read(dir, "cluster");
+    let results: Vec<(i64, CommandResult)> = read(dir, "command-results");
+    let decisions: Vec<(i64, Decision)> = read(dir, "decisions");
+    let commands: Vec<(i64, Command)> = read(dir, "commands");
     let read_s = started.elapsed().as_secs_f64();
     let records = telemetry.len()
         + logs.len()
@@ -111,7 +152,7 @@ fn main() {
         + results.len()
         + decisions.len()
         + commands.len();
-    assert_eq!(records, log.len(), "every record archived and read back");
+    assert_eq!(records, expected, "every record archived and read back");
 
     let planner_started = Instant::now();
     let mut inputs = BTreeMap::new();
@@ -181,25 +222,18 @@ fn main() {
     );
 
     let total_s = started.elapsed().as_secs_f64();
-    println!("| replay phase (12 simulated hours, 128 GPUs) | items | seconds | per second |");
-    println!("|---|---:|---:|---:|");
-    let row = |phase: &str, items: usize, s: f64| {
-        println!("| {phase} | {items} | {s:.2} | {:.0} |", items as f64 / s);
-    };
-    row("read the archive (records)", records, read_s);
-    row("re-derive decisions (decisions)", recorded.len(), planner_s);
-    row(
-        "re-derive failures (records)",
-        records - recorded.len(),
+    Timing {
+        read_s,
+        planner_s,
         detector_s,
-    );
-    row("whole replay (records)", records, total_s);
-    println!();
-    println!(
-        "decisions identical: {}/{}, failures identical: {}/{}",
-        comparison.identical,
-        comparison.compared,
-        failure_comparison.identical,
-        failure_comparison.compared
-    );
+        total_s,
+        records,
+        decisions: recorded.len(),
+        identical: (
+            comparison.identical,
+            comparison.compared,
+            failure_comparison.identical,
+            failure_comparison.compared,
+        ),
+    }
 }
