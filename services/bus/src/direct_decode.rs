@@ -200,6 +200,26 @@ pub fn decode(bytes: &[u8]) -> Result<TelemetryBatch> {
     Ok(batch)
 }
 
+/// `bytes` decoded directly as `T` if `T` is one of the high-volume
+/// records and the bytes are a complete, valid datum of it; `None` sends the
+/// caller to apache-avro.
+pub fn decode_datum<T: crate::schemas::AvroRecord>(bytes: &[u8]) -> Option<T> {
+    use crate::schemas::RecordType;
+    let boxed: Box<dyn std::any::Any> = match T::RECORD {
+        RecordType::TelemetryBatch => Box::new(decode(bytes).ok()?),
+        RecordType::AgentEvent => {
+            let mut c = Cursor::new(bytes);
+            let event = agent_event(&mut c).ok()?;
+            if !c.is_empty() {
+                return None;
+            }
+            Box::new(event)
+        }
+        _ => return None,
+    };
+    boxed.downcast::<T>().ok().map(|b| *b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +290,20 @@ mod tests {
             assert_eq!(agent_event(&mut c).unwrap(), value);
             assert!(c.is_empty());
         }
+    }
+
+    #[test]
+    fn the_codec_takes_the_direct_path_and_reports_apache_avro_errors() {
+        let codec = AvroCodec::<TelemetryBatch>::default();
+        let bytes = codec.encode(&batch(3)).unwrap();
+        assert_eq!(decode_datum::<TelemetryBatch>(&bytes), Some(batch(3)));
+        assert_eq!(codec.decode(&bytes).unwrap(), batch(3));
+        let err = codec
+            .decode(&bytes[..bytes.len() - 3])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("avro TelemetryBatch"), "{err}");
+        assert_eq!(decode_datum::<unicron_core::LogRecord>(&bytes), None);
     }
 
     #[test]
