@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_bus::{AvroCodec, Consumer, Producer};
 use unicron_core::detector::{
     Detector, DetectorConfig, DetectorInput, LogRules, Observation, Source,
 };
@@ -108,11 +108,7 @@ async fn run() {
     assert_eq!(failures, NODES, "one XID failure per node");
 
     // 2. Produce everything to the embedded broker.
-    let broker = EmbeddedBroker::start(1).unwrap();
-    let kafka = KafkaConfig::default();
-    broker
-        .ensure_topics(&Topology::builtin(), &kafka.topic_prefix)
-        .unwrap();
+    let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
     let brokers = broker.bootstrap_servers().to_string();
     let producer = Producer::new(&kafka, &brokers).unwrap();
     let topic = kafka.topic("telemetry");

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_bus::{AvroCodec, Consumer, Producer};
 use unicron_core::signing::CommandSigner;
 use unicron_core::*;
 use unicron_planner::PlannerSettings;
@@ -32,11 +32,7 @@ async fn main() {
     } else {
         5
     };
-    let broker = EmbeddedBroker::start(1).unwrap();
-    let kafka = KafkaConfig::default();
-    broker
-        .ensure_topics(&Topology::builtin(), &kafka.topic_prefix)
-        .unwrap();
+    let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
     let brokers = broker.bootstrap_servers().to_string();
     let producer = Producer::new(&kafka, &brokers).unwrap();
     let cluster_topic = kafka.topic("cluster");
