@@ -49,6 +49,7 @@ pub async fn run(
 ) -> Result<(), ArchiverError> {
     settings.validate()?;
     describe_metrics();
+    unicron_bus::metrics::register(SERVICE);
     let topics = settings.topics(kafka);
     let mut writer = ArchiveWriter::open(&settings.dir, settings.writer_options(kafka))?;
     for path in writer.removed_partial() {
@@ -68,6 +69,8 @@ pub async fn run(
 
     let mut ticker = tokio::time::interval(ROLL_CHECK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Ready while this loop runs; not ready once it ends, however it ends.
+    let _ready = unicron_bus::metrics::ReadyGuard::new(SERVICE);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

@@ -1,6 +1,9 @@
 //! The consumer every service reads with: a consumer group, offsets stored
 //! only after a record is handled, and bad records routed to the DLQ.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
 use rdkafka::consumer::{Consumer as _, ConsumerContext, DefaultConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, Timestamp};
@@ -11,7 +14,7 @@ use crate::codec::DecodeError;
 use crate::config::KafkaConfig;
 use crate::dlq::DeadLetterSink;
 use crate::error::BusError;
-use crate::metrics::RECORDS_IN;
+use crate::metrics::{CONSUMER_LAG, RECORDS_IN};
 
 /// One record as read from Kafka, owned so it can outlive the consumer's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +40,9 @@ pub struct InboundRecord {
 pub struct Consumer<C: ConsumerContext + 'static = DefaultConsumerContext> {
     inner: StreamConsumer<C>,
     max_record_bytes: usize,
+    group_id: String,
+    /// Lag gauges by (topic, partition), so the hot path does not build labels.
+    lag: Mutex<BTreeMap<(String, i32), metrics::Gauge>>,
 }
 
 impl Consumer {
@@ -77,6 +83,8 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         Ok(Consumer {
             inner: client.create_with_context(context)?,
             max_record_bytes: config.max_record_bytes,
+            group_id: group_id.to_string(),
+            lag: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -124,7 +132,15 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 Err(e) => return Err(e.into()),
             }
         };
-        let caught_up = self.at_end(message.topic(), message.partition(), message.offset());
+        let high = self.high_watermark(message.topic(), message.partition());
+        let caught_up = high.is_some_and(|high| message.offset() + 1 >= high);
+        if let Some(high) = high {
+            self.record_lag(
+                message.topic(),
+                message.partition(),
+                high - message.offset() - 1,
+            );
+        }
         let record = InboundRecord {
             caught_up,
             topic: message.topic().to_string(),
@@ -141,14 +157,27 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         Ok(record)
     }
 
-    /// Whether `offset` is the last record the broker had on the partition
-    /// at the latest fetch. librdkafka caches the high watermark from every
-    /// fetch response; rdkafka wraps only the network query for it, so this
-    /// reads the cache through the C API (no I/O, no blocking).
-    fn at_end(&self, topic: &str, partition: i32, offset: i64) -> bool {
-        let Ok(topic) = std::ffi::CString::new(topic) else {
-            return false;
-        };
+    fn record_lag(&self, topic: &str, partition: i32, lag: i64) {
+        let mut gauges = self.lag.lock().unwrap_or_else(|e| e.into_inner());
+        let gauge = gauges
+            .entry((topic.to_string(), partition))
+            .or_insert_with(|| {
+                metrics::gauge!(
+                    CONSUMER_LAG,
+                    "group" => self.group_id.clone(),
+                    "topic" => topic.to_string(),
+                    "partition" => partition.to_string()
+                )
+            });
+        gauge.set(lag.max(0) as f64);
+    }
+
+    /// The partition's high watermark at the latest fetch, if known.
+    /// librdkafka caches it from every fetch response; rdkafka wraps only
+    /// the network query for it, so this reads the cache through the C API
+    /// (no I/O, no blocking).
+    fn high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+        let topic = std::ffi::CString::new(topic).ok()?;
         let (mut low, mut high) = (-1i64, -1i64);
         // SAFETY: the client pointer is valid while `self.inner` lives; the
         // topic is a NUL-terminated string that outlives the call; low and
@@ -162,9 +191,8 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 &mut high,
             )
         };
-        code == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-            && high >= 0
-            && offset + 1 >= high
+        (code == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
+            .then_some(high)
     }
 
     /// The next record that `decode` accepts. Oversized records and records

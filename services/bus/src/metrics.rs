@@ -2,8 +2,9 @@
 //! by the I/O layer. Service-specific metrics are named in their crates and
 //! all are listed in `docs/metrics.md`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -20,6 +21,57 @@ pub const RECORDS_IN: &str = "unicron_records_in_total";
 pub const RECORDS_OUT: &str = "unicron_records_out_total";
 /// Records sent to the dead-letter topic, by source topic and service.
 pub const DLQ_RECORDS: &str = "unicron_dlq_records_total";
+/// Records between a consumer's position and the partition's high
+/// watermark at the latest fetch, by group, topic and partition.
+pub const CONSUMER_LAG: &str = "unicron_consumer_lag_records";
+/// 1 while a service's consume loop runs, by service.
+pub const SERVICE_READY: &str = "unicron_service_ready";
+
+/// Services of this process and whether each is ready; `GET /readyz` is 200
+/// only when every registered service is.
+static READY: Mutex<BTreeMap<&'static str, bool>> = Mutex::new(BTreeMap::new());
+
+/// Registers `service` as part of this process, not ready yet. Call it
+/// before the service starts, so `/readyz` fails until it runs.
+pub fn register(service: &'static str) {
+    set_ready(service, false);
+}
+
+/// Marks `service` ready (its consume loop runs) or not (it stopped).
+pub fn set_ready(service: &'static str, ready: bool) {
+    READY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(service, ready);
+    metrics::gauge!(SERVICE_READY, "service" => service).set(if ready { 1.0 } else { 0.0 });
+}
+
+/// Services that are registered and not ready; empty when the process is ready.
+pub fn not_ready() -> Vec<&'static str> {
+    READY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, ready)| !**ready)
+        .map(|(service, _)| *service)
+        .collect()
+}
+
+/// Marks a service ready for as long as the guard lives.
+pub struct ReadyGuard(&'static str);
+
+impl ReadyGuard {
+    pub fn new(service: &'static str) -> ReadyGuard {
+        set_ready(service, true);
+        ReadyGuard(service)
+    }
+}
+
+impl Drop for ReadyGuard {
+    fn drop(&mut self) {
+        set_ready(self.0, false);
+    }
+}
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -38,7 +90,27 @@ pub fn install() -> Result<PrometheusHandle, BusError> {
         DLQ_RECORDS,
         "Records sent to the dead-letter topic, by source topic and service."
     );
+    metrics::describe_gauge!(
+        CONSUMER_LAG,
+        "Records behind the partition's high watermark, by group, topic and partition."
+    );
+    metrics::describe_gauge!(
+        SERVICE_READY,
+        "1 while the service's consume loop runs, by service."
+    );
     Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+fn readiness() -> (axum::http::StatusCode, String) {
+    let waiting = not_ready();
+    if waiting.is_empty() {
+        (axum::http::StatusCode::OK, "ready\n".to_string())
+    } else {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {}\n", waiting.join(", ")),
+        )
+    }
 }
 
 /// A running metrics endpoint.
@@ -53,8 +125,10 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Serves `GET /metrics` (Prometheus text format) and `GET /healthz` on
-/// `addr` (port 0 picks a free port; the bound address is returned).
+/// Serves `GET /metrics` (Prometheus text format), `GET /healthz` (liveness:
+/// the process answers) and `GET /readyz` (readiness: every registered
+/// service runs; 503 naming the others) on `addr` (port 0 picks a free
+/// port; the bound address is returned).
 pub async fn serve(addr: SocketAddr) -> Result<MetricsServer, BusError> {
     let handle = install()?;
     let listener = TcpListener::bind(addr)
@@ -66,7 +140,8 @@ pub async fn serve(addr: SocketAddr) -> Result<MetricsServer, BusError> {
     let render = handle.clone();
     let app = Router::new()
         .route("/metrics", get(move || std::future::ready(render.render())))
-        .route("/healthz", get(|| std::future::ready("ok\n")));
+        .route("/healthz", get(|| std::future::ready("ok\n")))
+        .route("/readyz", get(|| std::future::ready(readiness())));
     let task = tokio::spawn(async move {
         let upkeep = async {
             loop {

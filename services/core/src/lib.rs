@@ -12,6 +12,7 @@ pub mod planner;
 pub mod records;
 pub mod replay;
 pub mod signing;
+pub mod status;
 pub mod taxonomy;
 
 pub use records::*;

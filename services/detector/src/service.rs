@@ -59,6 +59,7 @@ pub async fn run(
     settings.validate()?;
     let rules = settings.rules()?;
     describe_metrics();
+    unicron_bus::metrics::register(SERVICE);
     let mut decoders: BTreeMap<String, Decoder> = BTreeMap::new();
     decoders.insert(
         kafka.topic("telemetry"),
@@ -95,6 +96,8 @@ pub async fn run(
 
     let mut detector = Detector::new(settings.tuning.clone(), rules);
     let mut generation = context.generation();
+    // Ready while this loop runs; not ready once it ends, however it ends.
+    let _ready = unicron_bus::metrics::ReadyGuard::new(SERVICE);
     tokio::pin!(shutdown);
     loop {
         let record = tokio::select! {

@@ -48,6 +48,7 @@ pub async fn run(
 ) -> Result<(), ExecutorError> {
     settings.validate()?;
     describe_metrics();
+    unicron_bus::metrics::register(SERVICE);
     let store = Store::open(
         &settings.state_dir,
         StoreOptions {
@@ -87,6 +88,8 @@ pub async fn run(
     consumer.subscribe(&[&executor.commands_topic])?;
     tracing::info!(cluster = %settings.cluster, %group, state_dir = %settings.state_dir.display(), "executor running");
 
+    // Ready while this loop runs; not ready once it ends, however it ends.
+    let _ready = unicron_bus::metrics::ReadyGuard::new(SERVICE);
     tokio::pin!(shutdown);
     loop {
         let record = tokio::select! {

@@ -81,6 +81,7 @@ pub async fn run(
         dead_letter: AvroCodec::default(),
     };
     describe_metrics();
+    unicron_bus::metrics::register(SERVICE);
     let store = Arc::new(Store::open(
         &settings.state_dir,
         StoreOptions {
@@ -101,6 +102,8 @@ pub async fn run(
 
     let mut planner = Planner::new(settings.tuning.clone(), signer.clone());
     let mut generation = 0;
+    // Ready while this loop runs; not ready once it ends, however it ends.
+    let _ready = unicron_bus::metrics::ReadyGuard::new(SERVICE);
     tokio::pin!(shutdown);
     loop {
         let record = tokio::select! {

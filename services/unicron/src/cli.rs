@@ -25,6 +25,11 @@ pub enum Command {
         #[command(subcommand)]
         command: TopicsCommand,
     },
+    /// Make or inspect a planner signing key (see docs/operations.md for rotation).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Run the whole loop on one machine: broker (embedded unless --brokers), topics, simulator, detector, planner, executor.
     Up(UpArgs),
     /// Run the planner service against `kafka.brokers` (needs planner.signing_key_file).
@@ -81,6 +86,22 @@ pub enum TopicsCommand {
         /// Bootstrap servers; defaults to `kafka.brokers` of the configuration.
         #[arg(long, value_name = "HOST:PORT")]
         brokers: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Write a new signing key (64 hex digits, mode 0600) and print its public key.
+    Generate {
+        /// Where to write the key; an existing file is never overwritten.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Print the public key of a signing key file, for `executor.public_keys`.
+    Public {
+        /// The signing key file (`planner.signing_key_file`).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
     },
 }
 
@@ -148,6 +169,12 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Topics {
             command: TopicsCommand::Create { brokers },
         } => crate::topics::create(&config, brokers).await,
+        Command::Keys {
+            command: KeysCommand::Generate { out },
+        } => crate::keys::generate(&out),
+        Command::Keys {
+            command: KeysCommand::Public { key },
+        } => crate::keys::public(&key),
         Command::Up(args) => crate::up::run(&config, args).await,
         Command::Plan { input } => crate::plan::run(&input),
         Command::Planner => crate::services::planner(&config).await,

@@ -6,6 +6,7 @@ mod config;
 mod evaluate;
 mod explain;
 mod history;
+mod keys;
 mod plan;
 mod replay;
 mod services;

@@ -6,6 +6,21 @@ use unicron_core::signing::CommandSigner;
 
 use crate::config::Config;
 
+/// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen` unless
+/// disabled; the endpoint lives as long as the returned value.
+pub async fn serve_metrics(
+    config: &Config,
+) -> anyhow::Result<Option<unicron_bus::metrics::MetricsServer>> {
+    if !config.metrics.enabled {
+        return Ok(None);
+    }
+    let server = unicron_bus::metrics::serve(config.metrics.listen)
+        .await
+        .context("metrics.listen")?;
+    println!("metrics: http://{}/metrics", server.addr);
+    Ok(Some(server))
+}
+
 /// `unicron planner`: the planner against an existing Kafka, until Ctrl-C.
 pub async fn planner(config: &Config) -> anyhow::Result<()> {
     let Some(brokers) = config.kafka.brokers.clone() else {
@@ -18,6 +33,7 @@ pub async fn planner(config: &Config) -> anyhow::Result<()> {
         "planner: group {} on {brokers}, key {}",
         config.planner.group_id, config.planner.key_id
     );
+    let _metrics = serve_metrics(config).await?;
     unicron_planner::run(&config.kafka, &brokers, &config.planner, signer, async {
         let _ = tokio::signal::ctrl_c().await;
     })
@@ -37,6 +53,7 @@ pub async fn detector(config: &Config) -> anyhow::Result<()> {
         config.detector.group_id,
         config.detector.inputs.len()
     );
+    let _metrics = serve_metrics(config).await?;
     unicron_detector::run(&config.kafka, &brokers, &config.detector, async {
         let _ = tokio::signal::ctrl_c().await;
     })
@@ -50,12 +67,18 @@ pub fn signer_or_dev_key(config: &Config) -> anyhow::Result<(CommandSigner, bool
     if config.planner.signing_key_file.is_some() {
         return Ok((config.planner.signer()?, false));
     }
-    let mut seed = [0u8; 32];
+    let seed = random_seed()?;
+    Ok((CommandSigner::from_seed("dev", seed), true))
+}
+
+/// 32 bytes from the operating system's random source, for a new key.
+pub fn random_seed() -> anyhow::Result<[u8; 32]> {
     use std::io::Read;
+    let mut seed = [0u8; 32];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut seed))
-        .context("reading /dev/urandom for a development signing key")?;
-    Ok((CommandSigner::from_seed("dev", seed), true))
+        .context("reading /dev/urandom for a signing key")?;
+    Ok(seed)
 }
 
 /// `unicron executor`: one cluster's executor against an existing Kafka.
@@ -72,6 +95,7 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
         config.executor.name,
         config.executor.group()
     );
+    let _metrics = serve_metrics(config).await?;
     unicron_executor::run(&config.kafka, &brokers, &config.executor, async {
         let _ = tokio::signal::ctrl_c().await;
     })
@@ -91,6 +115,7 @@ pub async fn sim(
             "kafka.brokers: required for `unicron sim` (use `unicron up` for the embedded broker)"
         );
     };
+    let _metrics = serve_metrics(config).await?;
     let sim_config = config.sim.clone();
     let end_s = duration.map(|d| d.as_secs_f64() * sim_config.speed);
     let running = unicron_simulator::start(&config.kafka, &brokers, sim_config.clone(), end_s)
@@ -130,6 +155,7 @@ pub async fn archiver(config: &Config) -> anyhow::Result<()> {
         config.archiver.group_id,
         config.archiver.dir.display()
     );
+    let _metrics = serve_metrics(config).await?;
     unicron_archiver::run(&config.kafka, &brokers, &config.archiver, async {
         let _ = tokio::signal::ctrl_c().await;
     })

@@ -225,13 +225,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         None => None,
     };
 
-    let _metrics = if config.metrics.enabled {
-        let server = unicron_bus::metrics::serve(config.metrics.listen).await?;
-        println!("metrics: http://{}/metrics", server.addr);
-        Some(server)
-    } else {
-        None
-    };
+    let _metrics = crate::services::serve_metrics(config).await?;
     std::io::stdout().flush().ok();
 
     let outcome = watch(&args, sim.as_ref(), &mut services).await;
