@@ -116,6 +116,34 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         Ok(())
     }
 
+    /// Reads every partition of `topics` from its beginning, outside any
+    /// group; nothing is ever committed (a reader of the whole log, like
+    /// the status page). Returns the topics that exist; the others are not
+    /// assigned, and the caller may try again once they are created.
+    pub fn assign_all_from_start(&self, topics: &[&str]) -> Result<Vec<String>, BusError> {
+        let timeout = std::time::Duration::from_secs(10);
+        let mut list = TopicPartitionList::new();
+        let mut found = Vec::new();
+        for &topic in topics {
+            let metadata = self.inner.fetch_metadata(Some(topic), timeout)?;
+            let Some(partitions) = metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .map(|t| t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>())
+                .filter(|p| !p.is_empty())
+            else {
+                continue;
+            };
+            for partition in partitions {
+                list.add_partition_offset(topic, partition, Offset::Beginning)?;
+            }
+            found.push(topic.to_string());
+        }
+        self.inner.assign(&list)?;
+        Ok(found)
+    }
+
     /// The next record, whatever its content.
     pub async fn recv(&self) -> Result<InboundRecord, BusError> {
         let message = loop {

@@ -33,7 +33,7 @@ pub enum Command {
     /// Run the whole loop on one machine: broker (embedded unless --brokers), topics, simulator, detector, planner, executor.
     Up(UpArgs),
     /// Run the planner service against `kafka.brokers` (needs planner.signing_key_file).
-    Planner,
+    Planner(StatusArgs),
     /// Run the detector service against `kafka.brokers`.
     Detector,
     /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.public_keys).
@@ -105,6 +105,28 @@ pub enum KeysCommand {
     },
 }
 
+/// Where the status page listens, overriding `[status]`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StatusArgs {
+    /// Serve the status page on this address (default `status.listen`, 127.0.0.1:8080).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "no_status")]
+    pub status: Option<std::net::SocketAddr>,
+    /// Do not serve the status page.
+    #[arg(long)]
+    pub no_status: bool,
+}
+
+impl StatusArgs {
+    /// The address to serve the page on, if any.
+    pub fn listen(&self, config: &crate::config::StatusConfig) -> Option<std::net::SocketAddr> {
+        if self.no_status || (!config.enabled && self.status.is_none()) {
+            None
+        } else {
+            Some(self.status.unwrap_or(config.listen))
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
     /// Use this Kafka instead of the embedded broker.
@@ -141,6 +163,8 @@ pub struct UpArgs {
     /// Do not run the archiver.
     #[arg(long)]
     pub no_archive: bool,
+    #[command(flatten)]
+    pub status: StatusArgs,
 }
 
 /// `90`, `90s`, `10m` or `2h`.
@@ -177,7 +201,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         } => crate::keys::public(&key),
         Command::Up(args) => crate::up::run(&config, args).await,
         Command::Plan { input } => crate::plan::run(&input),
-        Command::Planner => crate::services::planner(&config).await,
+        Command::Planner(status) => crate::services::planner(&config, &status).await,
         Command::Detector => crate::services::detector(&config).await,
         Command::Executor => crate::services::executor(&config).await,
         Command::Archiver => crate::services::archiver(&config).await,

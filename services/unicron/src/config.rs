@@ -18,8 +18,10 @@ use unicron_executor::ExecutorSettings;
 use unicron_planner::PlannerSettings;
 use unicron_simulator::SimConfig;
 
+pub use crate::status::StatusConfig;
+
 /// Sections whose keys the environment may override.
-const ENV_SECTIONS: [&str; 8] = [
+const ENV_SECTIONS: [&str; 9] = [
     "archiver__",
     "kafka__",
     "metrics__",
@@ -28,6 +30,7 @@ const ENV_SECTIONS: [&str; 8] = [
     "detector__",
     "executor__",
     "sim__",
+    "status__",
 ];
 
 /// The whole configuration of the `unicron` binary.
@@ -42,6 +45,7 @@ pub struct Config {
     pub executor: ExecutorSettings,
     pub sim: SimConfig,
     pub archiver: ArchiverSettings,
+    pub status: StatusConfig,
 }
 
 /// `[metrics]`: where the Prometheus endpoint listens.

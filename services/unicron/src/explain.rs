@@ -160,7 +160,8 @@ pub fn chain(history: &History, command_id: &str) -> Option<Chain> {
     })
 }
 
-fn text(c: &Chain) -> String {
+/// The chain as `unicron explain` prints it.
+pub fn text(c: &Chain) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "evidence:");

@@ -10,6 +10,7 @@ mod keys;
 mod plan;
 mod replay;
 mod services;
+mod status;
 mod topics;
 mod up;
 

@@ -21,8 +21,24 @@ pub async fn serve_metrics(
     Ok(Some(server))
 }
 
+/// Starts the status page if `args` and `[status]` ask for it.
+pub async fn serve_status(
+    config: &Config,
+    args: &crate::cli::StatusArgs,
+    brokers: &str,
+) -> anyhow::Result<Option<crate::status::StatusServer>> {
+    let Some(listen) = args.listen(&config.status) else {
+        return Ok(None);
+    };
+    let server =
+        crate::status::start(listen, &config.kafka, brokers, config.planner.tuning.clone())
+            .await?;
+    println!("status: http://{}/", server.addr);
+    Ok(Some(server))
+}
+
 /// `unicron planner`: the planner against an existing Kafka, until Ctrl-C.
-pub async fn planner(config: &Config) -> anyhow::Result<()> {
+pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow::Result<()> {
     let Some(brokers) = config.kafka.brokers.clone() else {
         bail!(
             "kafka.brokers: required for `unicron planner` (use `unicron up` for the embedded broker)"
@@ -34,6 +50,7 @@ pub async fn planner(config: &Config) -> anyhow::Result<()> {
         config.planner.group_id, config.planner.key_id
     );
     let _metrics = serve_metrics(config).await?;
+    let _status = serve_status(config, status, &brokers).await?;
     unicron_planner::run(&config.kafka, &brokers, &config.planner, signer, async {
         let _ = tokio::signal::ctrl_c().await;
     })

@@ -226,6 +226,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     };
 
     let _metrics = crate::services::serve_metrics(config).await?;
+    let _status = crate::services::serve_status(config, &args.status, &bootstrap).await?;
     std::io::stdout().flush().ok();
 
     let outcome = watch(&args, sim.as_ref(), &mut services).await;

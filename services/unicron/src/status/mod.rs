@@ -1,0 +1,183 @@
+//! The status page for on-call engineers, served by `unicron up` and every
+//! `unicron planner` at `[status] listen`: clusters, nodes and jobs, a live
+//! timeline of failures, decisions, commands and results, each command's
+//! explain chain, and cluster WAF over time. One HTML file with inline
+//! script and style, no CDN: it works offline. The page polls the JSON API.
+
+mod feed;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use unicron_bus::KafkaConfig;
+use unicron_core::planner::PlannerConfig;
+use unicron_core::status::{ClusterView, Entry, StatusView};
+
+use crate::history::{History, Needs, Origin, TopicNames};
+
+const PAGE: &str = include_str!("page.html");
+/// Most timeline entries one poll returns.
+const MAX_ENTRIES: usize = 500;
+
+/// `[status]`: the status page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusConfig {
+    /// Address of the page and its API; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Serve the page at all (`unicron up` and `unicron planner`).
+    pub enabled: bool,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        StatusConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            enabled: true,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    view: Arc<Mutex<StatusView>>,
+    kafka: KafkaConfig,
+    brokers: String,
+}
+
+/// A running page; dropping it stops the server and the reader.
+pub struct StatusServer {
+    pub addr: SocketAddr,
+    server: JoinHandle<()>,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for StatusServer {
+    fn drop(&mut self) {
+        self.server.abort();
+        self.reader.abort();
+    }
+}
+
+/// Starts the page on `listen`, reading the log at `brokers`. The shadow
+/// planner uses `tuning`, the planner's own configuration.
+pub async fn start(
+    listen: SocketAddr,
+    kafka: &KafkaConfig,
+    brokers: &str,
+    tuning: PlannerConfig,
+) -> anyhow::Result<StatusServer> {
+    let view = Arc::new(Mutex::new(StatusView::new(tuning)));
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("status.listen: cannot listen on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let state = AppState {
+        view: view.clone(),
+        kafka: kafka.clone(),
+        brokers: brokers.to_string(),
+    };
+    let app = Router::new()
+        .route("/", get(|| async { Html(PAGE) }))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/api/status", get(status))
+        .route("/api/timeline", get(timeline))
+        .route("/api/explain/{id}", get(explain_json))
+        .route("/explain/{id}", get(explain_text))
+        .with_state(state);
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "status page stopped");
+        }
+    });
+    let reader = tokio::spawn(feed::follow(kafka.clone(), brokers.to_string(), view));
+    Ok(StatusServer {
+        addr,
+        server,
+        reader,
+    })
+}
+
+#[derive(Serialize)]
+struct StatusReply {
+    clusters: Vec<ClusterView>,
+    last_seq: u64,
+}
+
+async fn status(State(state): State<AppState>) -> Json<StatusReply> {
+    let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
+    Json(StatusReply {
+        clusters: view.clusters(),
+        last_seq: view.last_seq(),
+    })
+}
+
+#[derive(Deserialize)]
+struct TimelineQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+async fn timeline(
+    State(state): State<AppState>,
+    Query(query): Query<TimelineQuery>,
+) -> Json<Vec<Entry>> {
+    let limit = query.limit.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES);
+    let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
+    Json(view.timeline_after(query.after, limit))
+}
+
+/// The chain as `unicron explain --from-kafka` builds it, from the whole
+/// log (source records included): slow on a long log, so only on a click.
+async fn chain(state: AppState, id: String) -> Result<crate::explain::Chain, Response> {
+    let found = tokio::task::spawn_blocking(move || {
+        let origin = Origin::Kafka {
+            config: &state.kafka,
+            brokers: state.brokers.clone(),
+        };
+        let history = History::load(
+            &origin,
+            TopicNames::new(&state.kafka),
+            Needs {
+                detector_inputs: true,
+            },
+            &|_| {},
+        )?;
+        Ok::<_, anyhow::Error>(crate::explain::chain(&history, &id))
+    })
+    .await;
+    match found {
+        Ok(Ok(Some(chain))) => Ok(chain),
+        Ok(Ok(None)) => Err((StatusCode::NOT_FOUND, "no such command in the log\n").into_response()),
+        Ok(Err(e)) => Err((StatusCode::BAD_GATEWAY, format!("reading the log: {e:#}\n")).into_response()),
+        Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()),
+    }
+}
+
+async fn explain_json(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    match chain(state, id).await {
+        Ok(chain) => Json(chain).into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn explain_text(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    match chain(state, id).await {
+        Ok(chain) => (
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            crate::explain::text(&chain),
+        )
+            .into_response(),
+        Err(response) => response,
+    }
+}
