@@ -391,7 +391,10 @@ fn durations_are_queried_as_summaries() {
     for file in METRIC_REFERENCES {
         let text = read(file);
         assert!(
-            !text.contains("histogram_quantile("),
+            // A call, not a mention of the function's name.
+            !text
+                .match_indices("histogram_quantile(")
+                .any(|(at, m)| !text[at + m.len()..].starts_with(')')),
             "{file}: histogram_quantile() finds nothing on a summary; select {{quantile=\"...\"}}"
         );
         // Every quantile selected exists in the rendered summary.
@@ -1747,10 +1750,10 @@ fn probe_paths_are_served_by_the_metrics_endpoint() {
         .spawn()
         .expect("start unicron up");
     let mut running = Running(child);
-    let stdout = BufReader::new(running.0.stdout.take().unwrap());
+    let mut lines = BufReader::new(running.0.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
     let mut addr = None;
-    for line in stdout.lines() {
+    for line in lines.by_ref() {
         let line = line.unwrap();
         if let Some(url) = line.strip_prefix("metrics: http://") {
             addr = Some(url.trim_end_matches("/metrics").to_string());
@@ -1758,6 +1761,8 @@ fn probe_paths_are_served_by_the_metrics_endpoint() {
         }
         seen.push(line);
     }
+    // Keep reading: a closed pipe would make its next println! panic.
+    std::thread::spawn(move || lines.for_each(drop));
     let addr = addr.unwrap_or_else(|| panic!("`unicron up` printed no metrics address: {seen:?}"));
     for path in &paths {
         let status = http_status(&addr, path);
@@ -1766,6 +1771,75 @@ fn probe_paths_are_served_by_the_metrics_endpoint() {
             "/readyz" => status.contains(" 200 ") || status.contains(" 503 "),
             _ => status.contains(" 200 "),
         };
-        assert!(ok, "GET {path}: {status}");
+        assert!(ok, "GET {path} on {addr}: {status}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Runbooks and links
+
+/// GitHub's anchor of a Markdown heading.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// `path#anchor` resolves from `base` (a directory relative to the repository).
+fn check_link(from: &str, base: &str, target: &str) -> Option<String> {
+    if target.starts_with("http") {
+        return None;
+    }
+    let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+    let file = if path.is_empty() {
+        repo().join(from)
+    } else {
+        repo().join(base).join(path)
+    };
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return Some(format!("{from}: {target}: no file {}", file.display()));
+    };
+    if anchor.is_empty() {
+        return None;
+    }
+    let found = text
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| slug(h.trim_start_matches('#')))
+        .any(|s| s == anchor);
+    (!found).then(|| format!("{from}: {target}: no heading with anchor #{anchor}"))
+}
+
+#[test]
+fn runbooks_and_doc_links_point_at_existing_sections() {
+    let mut problems = Vec::new();
+    let rules = &yaml_docs("deploy/prometheus/alerts.yml")[0];
+    let mut runbooks = 0;
+    for group in seq(&rules["groups"]) {
+        for rule in seq(&group["rules"]) {
+            let alert = rule["alert"].as_str().unwrap();
+            let runbook = rule["annotations"]["runbook"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{alert}: no runbook annotation"));
+            problems.extend(check_link("deploy/prometheus/alerts.yml", "", runbook));
+            runbooks += 1;
+        }
+    }
+    assert!(runbooks > 0);
+    for doc in ["docs/metrics.md", "docs/operations.md"] {
+        let text = read(doc);
+        for (at, _) in text.match_indices("](") {
+            let target: String = text[at + 2..].chars().take_while(|c| *c != ')').collect();
+            problems.extend(check_link(doc, "docs", &target));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "broken links:\n{}",
+        problems.join("\n")
+    );
 }
