@@ -75,7 +75,8 @@ pub struct Entry {
     pub detail: serde_json::Value,
 }
 
-/// Cluster WAF at one decision, against the ideal.
+/// Cluster WAF after one decision, against the ideal, at the cluster's
+/// watermark (the newest event time the planner had seen).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct WafPoint {
     pub time_ms: i64,
@@ -299,7 +300,9 @@ impl StatusView {
             let point = self.planner.cluster(cluster).map(|state| {
                 let (effective, ideal) = cluster_waf(state, self.node_gpus);
                 WafPoint {
-                    time_ms: decision.time_ms,
+                    // Input times are not monotone (a late result); the
+                    // cluster's watermark is, and charts need that.
+                    time_ms: state.watermark_ms,
                     effective,
                     planned: chosen_waf(&decision),
                     ideal,

@@ -137,6 +137,7 @@ fn a_job_is_recovering_while_its_command_is_in_flight() {
         assert_eq!(job.status, "recovering", "{job:?}");
         assert_eq!(job.waf, 0.0);
     }
+    assert!(a.series.windows(2).all(|w| w[0].time_ms <= w[1].time_ms));
     let last = a.series.last().unwrap();
     assert_eq!(last.effective, 0.0);
     assert!(last.planned > 0.0 && last.ideal >= last.planned);

@@ -197,7 +197,7 @@ fn step(
                 });
             }
             Output::Command(command) => {
-                metrics::counter!("unicron_planner_commands_total", "action" => format!("{:?}", command.action).to_lowercase())
+                metrics::counter!("unicron_planner_commands_total", "action" => command.action.symbol())
                     .increment(1);
                 commit.publish(OutboxEntry {
                     topic: topics.commands.clone(),

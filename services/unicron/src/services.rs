@@ -6,6 +6,23 @@ use unicron_core::signing::CommandSigner;
 
 use crate::config::Config;
 
+/// Ctrl-C (SIGINT) or SIGTERM, which Kubernetes, Docker and systemd send
+/// to stop a service: either one shuts the service down cleanly.
+pub async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen` unless
 /// disabled; the endpoint lives as long as the returned value.
 pub async fn serve_metrics(
@@ -30,9 +47,13 @@ pub async fn serve_status(
     let Some(listen) = args.listen(&config.status) else {
         return Ok(None);
     };
-    let server =
-        crate::status::start(listen, &config.kafka, brokers, config.planner.tuning.clone())
-            .await?;
+    let server = crate::status::start(
+        listen,
+        &config.kafka,
+        brokers,
+        config.planner.tuning.clone(),
+    )
+    .await?;
     println!("status: http://{}/", server.addr);
     Ok(Some(server))
 }
@@ -52,7 +73,7 @@ pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow
     let _metrics = serve_metrics(config).await?;
     let _status = serve_status(config, status, &brokers).await?;
     unicron_planner::run(&config.kafka, &brokers, &config.planner, signer, async {
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
     })
     .await
     .context("planner")
@@ -72,7 +93,7 @@ pub async fn detector(config: &Config) -> anyhow::Result<()> {
     );
     let _metrics = serve_metrics(config).await?;
     unicron_detector::run(&config.kafka, &brokers, &config.detector, async {
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
     })
     .await
     .context("detector")
@@ -114,7 +135,7 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
     );
     let _metrics = serve_metrics(config).await?;
     unicron_executor::run(&config.kafka, &brokers, &config.executor, async {
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
     })
     .await
     .context("executor")
@@ -149,7 +170,7 @@ pub async fn sim(
     );
     tokio::select! {
         () = running.ended(), if end_s.is_some() => {}
-        _ = tokio::signal::ctrl_c() => {}
+        () = stop_signal() => {}
     }
     let summary = running.stop().await.context("simulator")?;
     print!("{}", summary.table());
@@ -174,7 +195,7 @@ pub async fn archiver(config: &Config) -> anyhow::Result<()> {
     );
     let _metrics = serve_metrics(config).await?;
     unicron_archiver::run(&config.kafka, &brokers, &config.archiver, async {
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
     })
     .await
     .context("archiver")

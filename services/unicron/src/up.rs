@@ -34,6 +34,10 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| config.kafka.brokers.clone());
     let sim_config = sim_config(config, &args)?;
+    if config.metrics.enabled {
+        // Before any service starts: what is recorded earlier is lost.
+        unicron_bus::metrics::install()?;
+    }
 
     // Kept alive until the end of the run; dropping it stops the broker.
     let mut _embedded = None;
@@ -285,7 +289,7 @@ async fn watch(
             (None, Some(duration)) => tokio::time::sleep(duration).await,
             (_, None) => {
                 println!("running; Ctrl-C to stop");
-                let _ = tokio::signal::ctrl_c().await;
+                crate::services::stop_signal().await;
             }
         }
     };
@@ -295,7 +299,7 @@ async fn watch(
     loop {
         tokio::select! {
             () = &mut deadline => break,
-            _ = tokio::signal::ctrl_c(), if args.duration.is_some() => break,
+            () = crate::services::stop_signal(), if args.duration.is_some() => break,
             _ = ticker.tick() => {
                 ticks += 1;
                 if let Some(sim) = sim {

@@ -9,6 +9,7 @@ fn unicron() -> Command {
     command.env_remove("RUST_LOG");
     // Port 0: tests never collide on the default metrics port.
     command.env("UNICRON_METRICS__LISTEN", "127.0.0.1:0");
+    command.env("UNICRON_STATUS__LISTEN", "127.0.0.1:0");
     // `up` archives by default; never into the source tree.
     command.env(
         "UNICRON_ARCHIVER__DIR",
@@ -226,6 +227,28 @@ fn up_hosts_a_broker_other_processes_can_use() {
         metrics.starts_with("metrics: http://127.0.0.1:"),
         "{metrics}"
     );
+    let status = lines.next().unwrap().unwrap();
+    assert!(status.starts_with("status: http://127.0.0.1:"), "{status}");
+    // Ready once every service's loop runs (a bounded wait, not a timing check).
+    let address = metrics
+        .trim_start_matches("metrics: http://")
+        .trim_end_matches("/metrics");
+    let ready = (0..100).find_map(|_| {
+        let reply = http_get(address, "/readyz");
+        if reply.starts_with("HTTP/1.1 200") {
+            return Some(reply);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        None
+    });
+    let ready = ready.expect("/readyz never answered 200");
+    assert!(ready.ends_with("ready\n"), "{ready}");
+    assert!(http_get(address, "/healthz").starts_with("HTTP/1.1 200"));
+    let exported = http_get(address, "/metrics");
+    assert!(
+        exported.contains("unicron_service_ready{service=\"planner\"} 1"),
+        "{exported}"
+    );
 
     let out = run(&["topics", "create", "--brokers", &broker]);
     child.kill().unwrap();
@@ -238,6 +261,95 @@ fn up_hosts_a_broker_other_processes_can_use() {
         stdout.contains("unicron.telemetry (12 partitions)"),
         "{stdout}"
     );
+}
+
+/// A plain HTTP/1.1 GET; the whole reply, status line first.
+fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn sigterm_stops_the_services_cleanly() {
+    let mut child = unicron()
+        .args(["up", "--no-sim", "--no-archive"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    let seen: Vec<String> = lines
+        .by_ref()
+        .take_while(|l| !l.starts_with("running;"))
+        .collect();
+    assert!(seen.iter().any(|l| l.starts_with("status: ")), "{seen:?}");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Read to the end: `up` prints after the signal and must find stdout open.
+    lines.for_each(drop);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn keys_are_generated_once_and_their_public_key_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("planner.key");
+    let key_arg = key.to_str().unwrap();
+    let made = run(&["keys", "generate", "--out", key_arg]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let printed = text(&made.stdout);
+    let public = printed.trim().strip_prefix("public key: ").unwrap();
+    assert_eq!(public.len(), 64, "{printed}");
+    let seed = std::fs::read_to_string(&key).unwrap();
+    assert_eq!(seed.trim().len(), 64);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    // The same key file gives the same public key; a key is never overwritten.
+    assert_eq!(
+        text(&run(&["keys", "public", "--key", key_arg]).stdout),
+        printed
+    );
+    let again = run(&["keys", "generate", "--out", key_arg]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again.stderr).contains("--out"),
+        "{}",
+        text(&again.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), seed);
+    // A file that is not a key is named in one line.
+    std::fs::write(&key, "not hex").unwrap();
+    let bad = run(&["keys", "public", "--key", key_arg]);
+    assert_eq!(bad.status.code(), Some(2));
+    let message = text(&bad.stderr);
+    assert!(
+        message.contains("--key") && message.contains("64 hex"),
+        "{message}"
+    );
+    assert_eq!(message.lines().count(), 1, "{message}");
 }
 
 /// Runs the whole loop for `duration` of real time and returns the summary.

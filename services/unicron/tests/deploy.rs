@@ -1616,8 +1616,6 @@ fn systemd_units_run_hardened_as_the_unicron_user() {
             ("ProtectHome", "yes"),
             ("PrivateTmp", "yes"),
             ("CapabilityBoundingSet", ""),
-            // The services stop cleanly on SIGINT (Ctrl-C), not on SIGTERM.
-            ("KillSignal", "SIGINT"),
         ] {
             assert_eq!(unit.one(key), value, "{}: {key}", unit.file);
         }
@@ -1688,10 +1686,6 @@ fn dockerfile_builds_the_workspace_binary_with_its_rust_version() {
     );
     assert!(dockerfile.contains("cargo build --release -p unicron"));
     assert!(dockerfile.contains("FROM debian:bookworm-slim"));
-    assert!(
-        dockerfile.contains("STOPSIGNAL SIGINT"),
-        "the services stop cleanly on SIGINT only"
-    );
     assert_eq!(dockerfile_entrypoint(), "/usr/local/bin/unicron");
     assert!(
         repo()

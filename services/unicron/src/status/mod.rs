@@ -158,8 +158,12 @@ async fn chain(state: AppState, id: String) -> Result<crate::explain::Chain, Res
     .await;
     match found {
         Ok(Ok(Some(chain))) => Ok(chain),
-        Ok(Ok(None)) => Err((StatusCode::NOT_FOUND, "no such command in the log\n").into_response()),
-        Ok(Err(e)) => Err((StatusCode::BAD_GATEWAY, format!("reading the log: {e:#}\n")).into_response()),
+        Ok(Ok(None)) => {
+            Err((StatusCode::NOT_FOUND, "no such command in the log\n").into_response())
+        }
+        Ok(Err(e)) => {
+            Err((StatusCode::BAD_GATEWAY, format!("reading the log: {e:#}\n")).into_response())
+        }
         Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()),
     }
 }

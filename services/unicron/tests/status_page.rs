@@ -1,0 +1,108 @@
+//! The status page in a real browser: headless Chromium (Debian's
+//! `chromium`), driven by `tests/browser/status_page.mjs` with playwright-core,
+//! loads the page of a running `unicron up` and checks that the timeline
+//! fills live, a decision expands, explain links answer and the WAF chart is
+//! drawn. The screenshot is kept under the test output directory.
+//!
+//! `.ci/run` installs Chromium and the npm package; under CI a missing one
+//! fails the test, elsewhere the test says what is missing and passes.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
+}
+
+/// What the browser test needs that is missing, if anything.
+fn missing() -> Option<String> {
+    let node = Command::new("node").arg("--version").output();
+    if !node.is_ok_and(|o| o.status.success()) {
+        return Some("node".into());
+    }
+    if !chromium().is_file() {
+        return Some(format!("{}", chromium().display()));
+    }
+    let package = repo().join("tests/browser/node_modules/playwright-core");
+    if !package.is_dir() {
+        return Some("playwright-core (npm ci --prefix tests/browser)".into());
+    }
+    None
+}
+
+/// Kills `unicron up` however the test ends.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_status_page_shows_a_live_run_in_a_real_browser() {
+    if let Some(what) = missing() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but {what} is missing: .ci/run installs it"
+        );
+        eprintln!("skipped: {what} is missing (it is required when CI is set)");
+        return;
+    }
+    let mut up = Command::new(env!("CARGO_BIN_EXE_unicron"))
+        .current_dir(repo())
+        .env_remove("RUST_LOG")
+        .env("UNICRON_METRICS__LISTEN", "127.0.0.1:0")
+        .args([
+            "up",
+            "--trace",
+            "tools/traces/example.csv",
+            "--duration",
+            "150s",
+            "--no-archive",
+            "--status",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = up.stdout.take().unwrap();
+    let _running = Running(up);
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let url = lines
+        .find_map(|line| line.strip_prefix("status: ").map(str::to_string))
+        .expect("`unicron up` printed no `status:` line");
+    // Keep reading: `up` must not find its progress output closed.
+    std::thread::spawn(move || lines.for_each(drop));
+
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let screenshot = out_dir.join("status.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let out = Command::new("node")
+        .arg(repo().join("tests/browser/status_page.mjs"))
+        .arg(&url)
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "browser check failed:\n{stdout}\n{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(report["entries"].as_u64().unwrap() > 1, "{report}");
+    let png = std::fs::read(&screenshot).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "screenshot is not a PNG");
+    eprintln!("screenshot: {}", screenshot.display());
+}
