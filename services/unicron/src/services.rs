@@ -7,20 +7,40 @@ use unicron_core::signing::CommandSigner;
 use crate::config::Config;
 
 /// Ctrl-C (SIGINT) or SIGTERM, which Kubernetes, Docker and systemd send
-/// to stop a service: either one shuts the service down cleanly.
-pub async fn stop_signal() {
+/// to stop a service: either one shuts the service down cleanly. Signals
+/// are caught from [`Stop::listen`] on, so listen before announcing that
+/// the service runs; one that comes later is never missed.
+pub struct Stop {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    pub fn listen() -> anyhow::Result<Stop> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Stop {
+                interrupt: signal(SignalKind::interrupt()).context("catching SIGINT")?,
+                terminate: signal(SignalKind::terminate()).context("catching SIGTERM")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Stop {})
     }
-    let _ = tokio::signal::ctrl_c().await;
+
+    /// Until the first SIGINT or SIGTERM (cancel-safe).
+    pub async fn wait(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen` unless
@@ -60,6 +80,7 @@ pub async fn serve_status(
 
 /// `unicron planner`: the planner against an existing Kafka, until Ctrl-C.
 pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow::Result<()> {
+    let mut stop = Stop::listen()?;
     let Some(brokers) = config.kafka.brokers.clone() else {
         bail!(
             "kafka.brokers: required for `unicron planner` (use `unicron up` for the embedded broker)"
@@ -73,7 +94,7 @@ pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow
     let _metrics = serve_metrics(config).await?;
     let _status = serve_status(config, status, &brokers).await?;
     unicron_planner::run(&config.kafka, &brokers, &config.planner, signer, async {
-        stop_signal().await;
+        stop.wait().await;
     })
     .await
     .context("planner")
@@ -81,6 +102,7 @@ pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow
 
 /// `unicron detector`: the detector against an existing Kafka, until Ctrl-C.
 pub async fn detector(config: &Config) -> anyhow::Result<()> {
+    let mut stop = Stop::listen()?;
     let Some(brokers) = config.kafka.brokers.clone() else {
         bail!(
             "kafka.brokers: required for `unicron detector` (use `unicron up` for the embedded broker)"
@@ -93,7 +115,7 @@ pub async fn detector(config: &Config) -> anyhow::Result<()> {
     );
     let _metrics = serve_metrics(config).await?;
     unicron_detector::run(&config.kafka, &brokers, &config.detector, async {
-        stop_signal().await;
+        stop.wait().await;
     })
     .await
     .context("detector")
@@ -121,6 +143,7 @@ pub fn random_seed() -> anyhow::Result<[u8; 32]> {
 
 /// `unicron executor`: one cluster's executor against an existing Kafka.
 pub async fn executor(config: &Config) -> anyhow::Result<()> {
+    let mut stop = Stop::listen()?;
     let Some(brokers) = config.kafka.brokers.clone() else {
         bail!(
             "kafka.brokers: required for `unicron executor` (use `unicron up` for the embedded broker)"
@@ -135,7 +158,7 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
     );
     let _metrics = serve_metrics(config).await?;
     unicron_executor::run(&config.kafka, &brokers, &config.executor, async {
-        stop_signal().await;
+        stop.wait().await;
     })
     .await
     .context("executor")
@@ -148,6 +171,7 @@ pub async fn sim(
     duration: Option<std::time::Duration>,
     summary_json: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
+    let mut stop = Stop::listen()?;
     let Some(brokers) = config.kafka.brokers.clone() else {
         bail!(
             "kafka.brokers: required for `unicron sim` (use `unicron up` for the embedded broker)"
@@ -170,7 +194,7 @@ pub async fn sim(
     );
     tokio::select! {
         () = running.ended(), if end_s.is_some() => {}
-        () = stop_signal() => {}
+        () = stop.wait() => {}
     }
     let summary = running.stop().await.context("simulator")?;
     print!("{}", summary.table());
@@ -183,6 +207,7 @@ pub async fn sim(
 
 /// `unicron archiver`: every topic into the Avro archive, until Ctrl-C.
 pub async fn archiver(config: &Config) -> anyhow::Result<()> {
+    let mut stop = Stop::listen()?;
     let Some(brokers) = config.kafka.brokers.clone() else {
         bail!(
             "kafka.brokers: required for `unicron archiver` (use `unicron up` for the embedded broker)"
@@ -195,7 +220,7 @@ pub async fn archiver(config: &Config) -> anyhow::Result<()> {
     );
     let _metrics = serve_metrics(config).await?;
     unicron_archiver::run(&config.kafka, &brokers, &config.archiver, async {
-        stop_signal().await;
+        stop.wait().await;
     })
     .await
     .context("archiver")

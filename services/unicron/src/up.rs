@@ -34,6 +34,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| config.kafka.brokers.clone());
     let sim_config = sim_config(config, &args)?;
+    let mut signals = crate::services::Stop::listen()?;
     if config.metrics.enabled {
         // Before any service starts: what is recorded earlier is lost.
         unicron_bus::metrics::install()?;
@@ -233,7 +234,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     let _status = crate::services::serve_status(config, &args.status, &bootstrap).await?;
     std::io::stdout().flush().ok();
 
-    let outcome = watch(&args, sim.as_ref(), &mut services).await;
+    let outcome = watch(&args, sim.as_ref(), &mut services, &mut signals).await;
     if outcome.is_ok()
         && let Some(sim) = &sim
         && sim.progress().ended
@@ -281,6 +282,7 @@ async fn watch(
     args: &UpArgs,
     sim: Option<&unicron_simulator::Running>,
     services: &mut [(&str, Service)],
+    stop: &mut crate::services::Stop,
 ) -> anyhow::Result<()> {
     let tty = std::io::stdout().is_terminal();
     let deadline = async {
@@ -289,7 +291,7 @@ async fn watch(
             (None, Some(duration)) => tokio::time::sleep(duration).await,
             (_, None) => {
                 println!("running; Ctrl-C to stop");
-                crate::services::stop_signal().await;
+                std::future::pending::<()>().await;
             }
         }
     };
@@ -299,7 +301,7 @@ async fn watch(
     loop {
         tokio::select! {
             () = &mut deadline => break,
-            () = crate::services::stop_signal(), if args.duration.is_some() => break,
+            () = stop.wait() => break,
             _ = ticker.tick() => {
                 ticks += 1;
                 if let Some(sim) = sim {
