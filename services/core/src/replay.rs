@@ -387,3 +387,31 @@ pub fn diff_commands(steps: &[RecordedStep], what_if: &[Replayed]) -> CommandDif
     }
     diff
 }
+
+/// What catching up with decisions taken elsewhere did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CatchUp {
+    pub applied: u64,
+    /// Decisions this planner did not reproduce (another policy or config).
+    pub diverged: u64,
+    pub first_divergence: Option<String>,
+}
+
+/// Brings `planner` to the state of the instance that took `steps`: each
+/// recorded decision's input, applied in decision order, exactly as replay
+/// does. A planner that takes over a partition uses it, so its state is the
+/// previous owner's and not whatever its own read order would build.
+pub fn catch_up(planner: &mut Planner, steps: &[(Input, Decision)]) -> CatchUp {
+    let mut out = CatchUp::default();
+    for (input, recorded) in steps {
+        let replayed = split(planner.apply(input)).decision;
+        out.applied += 1;
+        if replayed.as_ref() != Some(recorded) {
+            out.diverged += 1;
+            if out.first_divergence.is_none() {
+                out.first_divergence = Some(recorded.id.clone());
+            }
+        }
+    }
+    out
+}

@@ -4,6 +4,7 @@
 //! publishing `unicron.decisions` and `unicron.commands` from the outbox
 //! (DESIGN §4). Thin by design: every decision is in `unicron-core`.
 
+mod catch_up;
 mod service;
 mod settings;
 

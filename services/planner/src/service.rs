@@ -30,28 +30,48 @@ pub enum PlannerError {
 }
 
 /// Topic names and codecs of the planner's inputs and outputs.
-struct Topics {
-    failures: String,
-    cluster: String,
-    results: String,
-    decisions: String,
-    commands: String,
-    dlq: String,
-    max_record_bytes: usize,
-    dlq_payload_bytes: usize,
+pub(crate) struct Topics {
+    pub failures: String,
+    pub cluster: String,
+    pub results: String,
+    pub decisions: String,
+    pub commands: String,
+    pub dlq: String,
+    pub max_record_bytes: usize,
+    pub dlq_payload_bytes: usize,
 }
 
-struct Codecs {
-    failure: AvroCodec<FailureEvent>,
-    cluster: AvroCodec<ClusterEvent>,
-    result: AvroCodec<CommandResult>,
-    decision: AvroCodec<Decision>,
-    command: AvroCodec<Command>,
-    dead_letter: AvroCodec<DeadLetter>,
+pub(crate) struct Codecs {
+    pub failure: AvroCodec<FailureEvent>,
+    pub cluster: AvroCodec<ClusterEvent>,
+    pub result: AvroCodec<CommandResult>,
+    pub decision: AvroCodec<Decision>,
+    pub command: AvroCodec<Command>,
+    pub dead_letter: AvroCodec<DeadLetter>,
 }
 
-fn state_key(cluster: &str) -> Vec<u8> {
+pub(crate) fn state_key(cluster: &str) -> Vec<u8> {
     format!("cluster/{cluster}").into_bytes()
+}
+
+/// Loads `cluster`'s stored state into `planner` unless it has it already.
+pub(crate) fn load_cluster(
+    planner: &mut Planner,
+    store: &Store,
+    cluster: &str,
+) -> Result<(), PlannerError> {
+    if cluster.is_empty() || planner.cluster(cluster).is_some() {
+        return Ok(());
+    }
+    if let Some(bytes) = store.state(&state_key(cluster))? {
+        let state: ClusterState =
+            serde_json::from_slice(&bytes).map_err(|e| PlannerError::CorruptState {
+                cluster: cluster.to_string(),
+                reason: e.to_string(),
+            })?;
+        planner.restore(state);
+    }
+    Ok(())
 }
 
 /// Runs the planner until `shutdown` completes or an unrecoverable error.
@@ -111,14 +131,26 @@ pub async fn run(
             () = &mut shutdown => break,
         };
         tracing::debug!(topic = %record.topic, partition = record.partition, offset = record.offset, "received");
-        let current = assignment
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .generation;
+        let (current, assigned) = {
+            let assignment = assignment.lock().unwrap_or_else(|e| e.into_inner());
+            let assigned: Vec<(String, i32)> = assignment.partitions.keys().cloned().collect();
+            (assignment.generation, assigned)
+        };
         if current != generation {
-            // Partitions moved: cached clusters may be stale; reload lazily.
+            // Partitions moved: cached clusters may be stale; reload them
+            // lazily, after applying what other instances decided meanwhile.
             planner = Planner::new(settings.tuning.clone(), signer.clone());
             generation = current;
+            crate::catch_up::catch_up(
+                &mut planner,
+                &store,
+                kafka,
+                brokers,
+                &topics,
+                &codecs,
+                &assigned,
+            )
+            .await?;
         }
         if store
             .offset(&record.topic, record.partition)?
@@ -154,17 +186,7 @@ fn step(
         }
     };
     let cluster = event.cluster().to_string();
-    if !cluster.is_empty()
-        && planner.cluster(&cluster).is_none()
-        && let Some(bytes) = store.state(&state_key(&cluster))?
-    {
-        let state: ClusterState =
-            serde_json::from_slice(&bytes).map_err(|e| PlannerError::CorruptState {
-                cluster: cluster.clone(),
-                reason: e.to_string(),
-            })?;
-        planner.restore(state);
-    }
+    load_cluster(planner, store, &cluster)?;
     let input = Input {
         topic: record.topic.clone(),
         partition: record.partition,
@@ -289,6 +311,14 @@ fn describe_metrics() {
     metrics::describe_counter!(
         "unicron_planner_commands_total",
         "Commands issued, by action."
+    );
+    metrics::describe_counter!(
+        "unicron_planner_caught_up_decisions_total",
+        "Decisions of other instances applied when taking over partitions."
+    );
+    metrics::describe_counter!(
+        "unicron_planner_catch_up_divergences_total",
+        "Decisions of other instances this instance did not reproduce (policy or configuration differ)."
     );
     metrics::describe_gauge!(
         "unicron_planner_waf",

@@ -261,18 +261,70 @@ async fn restarts_decide_once_and_empty_stores_rebuild() {
     assert_eq!(ids.len(), 7);
     assert!(ids.values().all(|c| *c == 1), "{ids:?}");
 
-    // A new instance, no local state: it re-reads every input, re-derives
-    // the 7 decisions (same ids: consumers drop them), then decides anew.
+    // A new instance, no local state (a new volume, or partitions moved to
+    // it): it catches up from the decision log, publishing nothing, and its
+    // next decision is the one the previous owner's state leads to.
     let fresh = tempfile::tempdir().unwrap();
     let (stop, task) = h.start(fresh.path());
-    let rebuilt: Vec<Decision> = read(&decisions, 7).await;
-    assert!(rebuilt.iter().all(|d| ids.contains_key(&d.id)));
     let failure = h.failure("c1", "n4", FailureKind::NcclTimeout).await;
     let third: Vec<Decision> = read(&decisions, 1).await;
     assert_eq!(third[0].trigger.ref_id, failure);
     assert!(third[0].reason.contains("reattempt"), "{}", third[0].reason);
-    // The rebuilt state has the job and its nodes (which ones can differ:
-    // a rebuild interleaves the three input topics in fetch order).
-    assert!(third[0].assignment["gpt"].contains(&"n4".to_string()));
+    nothing_more(&decisions).await;
     stop_planner(stop, task).await;
+    // The log replays exactly, decisions and commands, across both owners.
+    let comparison = replay_log(&h);
+    assert_eq!(comparison.compared, 8, "{comparison:?}");
+    assert_eq!(comparison.diverged, 0, "{comparison:?}");
+}
+
+/// Replays every recorded decision of the log on a fresh planner.
+fn replay_log(h: &Harness) -> unicron_core::replay::Comparison {
+    use unicron_bus::history::read_topic;
+    use unicron_core::planner::{Input, InputEvent, Planner, PlannerConfig};
+    let brokers = h.brokers();
+    let read_all = |name: &str| read_topic(&h.kafka, &brokers, &h.kafka.topic(name)).unwrap();
+    let mut inputs = BTreeMap::new();
+    for record in read_all("failures") {
+        let event = AvroCodec::<FailureEvent>::default()
+            .decode(&record.payload)
+            .unwrap();
+        inputs.insert(
+            (record.topic.clone(), record.partition, record.offset),
+            Input {
+                topic: record.topic,
+                partition: record.partition,
+                offset: record.offset,
+                event: InputEvent::Failure(event),
+            },
+        );
+    }
+    for record in read_all("cluster") {
+        let event = AvroCodec::<ClusterEvent>::default()
+            .decode(&record.payload)
+            .unwrap();
+        inputs.insert(
+            (record.topic.clone(), record.partition, record.offset),
+            Input {
+                topic: record.topic,
+                partition: record.partition,
+                offset: record.offset,
+                event: InputEvent::Cluster(event),
+            },
+        );
+    }
+    let decisions: Vec<Decision> = read_all("decisions")
+        .iter()
+        .map(|r| AvroCodec::<Decision>::default().decode(&r.payload).unwrap())
+        .collect();
+    let commands: Vec<Command> = read_all("commands")
+        .iter()
+        .map(|r| AvroCodec::<Command>::default().decode(&r.payload).unwrap())
+        .collect();
+    let steps = unicron_core::replay::steps(&decisions, &inputs, &commands, None);
+    let mut planner = Planner::new(
+        PlannerConfig::default(),
+        CommandSigner::from_seed("replay", [9; 32]),
+    );
+    unicron_core::replay::replay_planner(&mut planner, &steps, |_| true).0
 }
