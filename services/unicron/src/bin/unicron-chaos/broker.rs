@@ -1,0 +1,81 @@
+//! The standalone Kafka-protocol broker: tansu (docs/operations.md), on
+//! loopback with SQLite storage, so a restart keeps topics, records and
+//! group offsets.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::procs::Service;
+
+pub struct Broker {
+    pub addr: SocketAddr,
+    service: Service,
+}
+
+/// Where tansu is: `--tansu`, `$TANSU`, the CI install, or `PATH`.
+pub fn find(given: Option<&Path>) -> Option<PathBuf> {
+    if let Some(path) = given {
+        return Some(path.to_path_buf());
+    }
+    if let Some(path) = std::env::var_os("TANSU") {
+        return Some(PathBuf::from(path));
+    }
+    let ci = PathBuf::from("/var/cache/unicron-tools/bin/tansu");
+    if ci.is_file() {
+        return Some(ci);
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("tansu"))
+            .find(|p| p.is_file())
+    })
+}
+
+impl Broker {
+    pub fn start(tansu: &Path, port: u16, dir: &Path, logs: &Path) -> anyhow::Result<Broker> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let url = format!("tcp://{addr}");
+        let storage = format!("sqlite://{}", dir.join("tansu.db").display());
+        let mut service = Service::new(
+            "tansu",
+            tansu,
+            &[
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                &storage,
+            ],
+            logs,
+        );
+        service.start()?;
+        let broker = Broker { addr, service };
+        broker.wait_ready()?;
+        Ok(broker)
+    }
+
+    fn wait_ready(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_err() {
+            if started.elapsed() > Duration::from_secs(30) {
+                anyhow::bail!("tansu did not listen on {} within 30 s", self.addr);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// Stops the broker and starts it again on the same storage.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.service.stop();
+        self.service.start()?;
+        self.wait_ready()
+    }
+
+    pub fn stop(&mut self) {
+        self.service.stop();
+    }
+}

@@ -1,0 +1,356 @@
+//! `unicron-chaos`: the services as separate processes on a standalone
+//! broker, killed while they work, judged by the simulator's ground truth
+//! and by replay (`tools/chaos/run.sh`, docs/chaos.md).
+//!
+//! Detector, two planners in one consumer group, the executor and the
+//! simulator run as `unicron` processes against tansu. Meanwhile the driver
+//! SIGKILLs a planner at random points and restarts it, kills the executor
+//! between acting and publishing its result (through a relay in front of
+//! the simulator), restarts the broker once, and stops one planner for a
+//! while so partitions move. The last line is
+//! `chaos: kills=K failures=F actions=A duplicates_suppressed=S duplicate_actions=D lost=L divergence=V`
+//! and the exit code is 0 only when D, L and V are 0.
+
+mod broker;
+mod procs;
+mod proxy;
+mod verdict;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use unicron_bus::KafkaConfig;
+
+use crate::procs::Service;
+
+/// Simulated seconds per real second.
+const SPEED: f64 = 30.0;
+
+#[derive(Debug, Parser)]
+#[command(name = "unicron-chaos", about = "Kill unicron's services while they work; check nothing is lost or done twice.")]
+struct Args {
+    /// Real minutes the simulated cluster runs.
+    #[arg(long, default_value_t = 5.0)]
+    minutes: f64,
+    /// Planner SIGKILLs at least (spread over the run).
+    #[arg(long, default_value_t = 20)]
+    kills: u32,
+    /// Seed of the kill schedule and of the simulation.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The unicron binary (default: next to this one).
+    #[arg(long, value_name = "PATH")]
+    unicron: Option<PathBuf>,
+    /// The tansu binary (default: $TANSU, /var/cache/unicron-tools/bin/tansu, PATH).
+    #[arg(long, value_name = "PATH")]
+    tansu: Option<PathBuf>,
+    /// Keep configuration, logs and the broker's storage here.
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(&args) {
+        Ok(clean) if clean => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// A small seeded generator for the kill schedule (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in [lo, hi).
+    fn between(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// One failure of each severity, spread over the first 60% of the run, on
+/// nodes far apart; the rest of the run is for recovery.
+fn write_trace(path: &Path, sim_s: f64) -> anyhow::Result<usize> {
+    let kinds = [
+        "nccl_timeout",
+        "cuda_error",
+        "ecc_error",
+        "lost_connection",
+        "task_hang",
+    ];
+    let count = ((sim_s * 0.6 - 300.0) / 600.0).clamp(1.0, 40.0) as usize;
+    let mut text = String::from("time_s,node,kind\n");
+    for i in 0..count {
+        let time = 300.0 + i as f64 * (sim_s * 0.6 - 300.0) / count as f64;
+        let node = (i * 5 + 1) % 16;
+        text.push_str(&format!(
+            "{time:.0},node-{node:03},{}\n",
+            kinds[i % kinds.len()]
+        ));
+    }
+    std::fs::write(path, text)?;
+    Ok(count)
+}
+
+fn run(args: &Args) -> anyhow::Result<bool> {
+    let unicron = match &args.unicron {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("locating the unicron binary")?
+            .join("unicron"),
+    };
+    anyhow::ensure!(unicron.is_file(), "--unicron: {} not found", unicron.display());
+    let tansu = broker::find(args.tansu.as_deref())
+        .context("--tansu: no tansu binary (cargo install tansu --version 0.6.0 --locked --features dynostore,libsql)")?;
+    let scratch;
+    let work = match &args.work_dir {
+        Some(dir) => dir.clone(),
+        None => {
+            scratch = tempfile::Builder::new().prefix("unicron-chaos-").tempdir()?;
+            scratch.path().to_path_buf()
+        }
+    };
+    let logs = work.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    println!("chaos: work directory {}", work.display());
+
+    let mut broker = broker::Broker::start(&tansu, free_port()?, &work, &logs)?;
+    let brokers = broker.addr.to_string();
+    println!("chaos: tansu on {brokers}");
+
+    let key = work.join("planner.key");
+    let generated = Command::new(&unicron)
+        .args(["keys", "generate", "--out"])
+        .arg(&key)
+        .output()?;
+    anyhow::ensure!(generated.status.success(), "unicron keys generate failed");
+    let public = String::from_utf8_lossy(&generated.stdout)
+        .trim()
+        .strip_prefix("public key: ")
+        .context("unicron keys generate printed no public key")?
+        .to_string();
+
+    let sim_s = args.minutes * 60.0 * SPEED;
+    let trace = work.join("trace.csv");
+    let planned = write_trace(&trace, sim_s)?;
+    let sim_addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+    let trap = Arc::new(proxy::Trap::default());
+    let relay = proxy::start(sim_addr, trap.clone())?;
+    let config = work.join("unicron.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[kafka]
+brokers = "{brokers}"
+[metrics]
+enabled = false
+[status]
+enabled = false
+[planner]
+key_id = "chaos"
+signing_key_file = "{key}"
+[executor]
+cluster = "sim"
+state_dir = "{work}/executor"
+[executor.public_keys]
+chaos = "{public}"
+[executor.backend]
+kind = "simulator"
+url = "http://{relay}/actions"
+[sim]
+seed = {seed}
+speed = {SPEED}
+trace = "{trace}"
+listen = "{sim_addr}"
+"#,
+            key = key.display(),
+            work = work.display(),
+            seed = args.seed,
+            trace = trace.display(),
+        ),
+    )?;
+    let config_arg = config.to_str().context("work directory is not UTF-8")?;
+
+    let created = Command::new(&unicron)
+        .args(["--config", config_arg, "topics", "create"])
+        .output()?;
+    anyhow::ensure!(
+        created.status.success(),
+        "topics create: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+
+    let service = |name: &str, sub: &[&str]| {
+        let mut all = vec!["--config", config_arg];
+        all.extend_from_slice(sub);
+        Service::new(name, &unicron, &all, &logs)
+    };
+    let mut detector = service("detector", &["detector"]);
+    let mut planners = [
+        service("planner-a", &["planner"])
+            .env("UNICRON_PLANNER__STATE_DIR", format!("{}/planner-a", work.display())),
+        service("planner-b", &["planner"])
+            .env("UNICRON_PLANNER__STATE_DIR", format!("{}/planner-b", work.display())),
+    ];
+    let mut executor = service("executor", &["executor"]);
+    let duration = format!("{}s", (args.minutes * 60.0).round() as u64);
+    let summary_path = work.join("summary.json");
+    let summary_arg = summary_path.to_str().context("work directory is not UTF-8")?;
+    let mut sim = service(
+        "sim",
+        &["sim", "--duration", &duration, "--summary-json", summary_arg],
+    );
+    detector.start()?;
+    for planner in &mut planners {
+        planner.start()?;
+    }
+    trap.victim.store(executor.start()?, Ordering::SeqCst);
+    sim.start()?;
+    println!(
+        "chaos: {planned} failures planned over {:.0} simulated minutes; {} planner kills at least",
+        sim_s / 60.0,
+        args.kills
+    );
+
+    // The schedule, in seconds from now.
+    let total = args.minutes * 60.0;
+    let mut rng = Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let gap = total * 0.85 / f64::from(args.kills.max(1));
+    let mut next_kill = rng.between(gap * 0.5, gap);
+    let traps = [total * 0.3, total * 0.6];
+    let mut armed = 0;
+    let broker_restart = total * 0.5;
+    let mut broker_restarted = false;
+    let (rebalance_from, rebalance_until) = (total * 0.7, total * 0.7 + 25.0);
+    let mut kills = 0u32;
+    let mut crashes = Vec::new();
+    let started = Instant::now();
+    while sim.running() {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = started.elapsed().as_secs_f64();
+        if now >= next_kill {
+            let in_rebalance = (rebalance_from..rebalance_until).contains(&now);
+            let which = if in_rebalance { 0 } else { (rng.next() % 2) as usize };
+            if planners[which].running() {
+                planners[which].kill9();
+                kills += 1;
+                std::thread::sleep(Duration::from_secs_f64(rng.between(0.2, 2.0)));
+                planners[which].start()?;
+            }
+            next_kill = now + rng.between(gap * 0.5, gap * 1.5);
+        }
+        if armed < traps.len() && now >= traps[armed] {
+            trap.arm();
+            armed += 1;
+        }
+        if !broker_restarted && now >= broker_restart {
+            println!("chaos: restarting the broker");
+            broker.restart()?;
+            broker_restarted = true;
+        }
+        if now >= rebalance_from && now < rebalance_until && planners[1].running() {
+            println!("chaos: stopping planner-b for {:.0} s (rebalance)", rebalance_until - now);
+            planners[1].stop();
+        }
+        if now >= rebalance_until && !planners[1].running() && !(rebalance_from..rebalance_until).contains(&now) {
+            planners[1].start()?;
+        }
+        // The trap kills the executor; anything else that ends is a crash.
+        if !executor.running() {
+            executor.reap();
+            trap.victim.store(executor.start()?, Ordering::SeqCst);
+        }
+        for s in [&mut detector, &mut planners[0]] {
+            if !s.running() {
+                crashes.push(s.name.clone());
+                s.start()?;
+            }
+        }
+    }
+    sim.wait();
+    // Let the last results and decisions land, then stop cleanly.
+    std::thread::sleep(Duration::from_secs(10));
+    trap.victim.store(0, Ordering::SeqCst);
+    let [a, b] = &mut planners;
+    for s in [&mut detector, a, b, &mut executor] {
+        s.stop();
+    }
+    let executor_kills = trap.fired.load(Ordering::SeqCst);
+    println!(
+        "chaos: {kills} planner kills, {executor_kills} executor kills after acting, broker restarted {}",
+        u8::from(broker_restarted)
+    );
+
+    let summary: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&summary_path).context("the simulator wrote no summary")?,
+    )?;
+    let kafka = KafkaConfig::default();
+    let verdict = verdict::judge(&kafka, &brokers, &summary)?;
+    let report = work.join("replay.json");
+    let replay = Command::new(&unicron)
+        .args(["--config", config_arg, "replay", "--from-kafka", "--json"])
+        .arg(&report)
+        .output()?;
+    let divergence = match std::fs::read(&report)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    {
+        Some(r) => r["diverged"].as_u64().unwrap_or(u64::MAX),
+        None => {
+            eprintln!("replay failed: {}", String::from_utf8_lossy(&replay.stderr));
+            u64::MAX
+        }
+    };
+    broker.stop();
+    for finding in &verdict.findings {
+        println!("chaos: {finding}");
+    }
+    if !crashes.is_empty() {
+        println!("chaos: services that ended on their own: {crashes:?}");
+    }
+    println!(
+        "chaos: kills={} failures={} actions={} duplicates_suppressed={} duplicate_actions={} lost={} divergence={}",
+        kills + executor_kills as u32,
+        verdict.failures,
+        verdict.actions,
+        verdict.duplicates_suppressed,
+        verdict.duplicate_actions,
+        verdict.lost,
+        divergence
+    );
+    Ok(verdict.duplicate_actions == 0 && verdict.lost == 0 && divergence == 0)
+}
