@@ -330,6 +330,36 @@ mod tests {
     }
 
     #[test]
+    fn a_key_rotation_accepts_both_keys_then_only_the_new_one() {
+        let old = CommandSigner::from_seed("k1", [3; 32]);
+        let new = CommandSigner::from_seed("k2", [4; 32]);
+        let trusting = |signers: &[&CommandSigner]| {
+            let keys = signers
+                .iter()
+                .map(|s| (s.key_id.clone(), s.verifying_key()))
+                .collect();
+            Gate::new("a", keys, 60_000)
+        };
+        let by = |signer: &CommandSigner, time_ms: i64| {
+            let mut command = signed("a", time_ms, CommandAction::Restart);
+            command.id = format!("c:{}:{time_ms}", signer.key_id);
+            signer.sign(&mut command);
+            command
+        };
+        // During the rotation executors trust both; planners switch keys.
+        let mut both = trusting(&[&old, &new]);
+        assert_eq!(both.check(&by(&old, 1_000)), Ok(()));
+        assert_eq!(both.check(&by(&new, 2_000)), Ok(()));
+        // After it, a command signed with the retired key is refused.
+        let mut rotated = trusting(&[&new]);
+        assert_eq!(rotated.check(&by(&new, 3_000)), Ok(()));
+        assert_eq!(
+            rotated.check(&by(&old, 3_000)),
+            Err(Rejection::Forged(SignatureError::UnknownKey("k1".into())))
+        );
+    }
+
+    #[test]
     fn forged_commands_do_not_move_the_watermark() {
         let mut gate = gate();
         let mut forged = signed("a", 9_000_000, CommandAction::Restart);
