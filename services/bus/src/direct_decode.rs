@@ -35,6 +35,11 @@ impl<'a> Cursor<'a> {
         self.at
     }
 
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len().saturating_sub(self.at)
+    }
+
     /// A zig-zag varint `long` (also `int`, and every length and count).
     pub fn long(&mut self) -> Result<i64> {
         let mut value: u64 = 0;
@@ -99,6 +104,10 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The fewest bytes a `MetricSample` takes: empty name, the 8-byte double,
+/// a one-byte time, three null unions and the end of an empty map.
+const MIN_SAMPLE_BYTES: usize = 14;
+
 fn sample(c: &mut Cursor<'_>) -> Result<MetricSample> {
     let name = c.string()?;
     let value = c.double()?;
@@ -143,8 +152,9 @@ pub fn telemetry_batch(c: &mut Cursor<'_>) -> Result<TelemetryBatch> {
         if n == 0 {
             break;
         }
-        // A corrupt count must not reserve gigabytes: at least a byte each.
-        samples.reserve(n.min(c.bytes.len() - c.at));
+        // A corrupt count must not reserve what it claims: reserve no more
+        // samples than the bytes left could hold.
+        samples.reserve(n.min(c.remaining() / MIN_SAMPLE_BYTES));
         for _ in 0..n {
             samples.push(sample(c)?);
         }

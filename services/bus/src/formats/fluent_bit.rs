@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::time::epoch_seconds_ms;
-use super::{Decoded, LabelMap, flatten_object, json_object, log};
+use super::{Budget, Decoded, LabelMap, flatten_object, json_object, log};
 
 pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
     let object = match json_object(payload, "fluent_bit_json") {
@@ -28,7 +28,10 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
         return Decoded::failed("fluent_bit_json: no `log` or `message` field".into());
     };
     let mut fields = BTreeMap::new();
-    flatten_object(&object, &mut fields);
+    let mut budget = Budget::for_payload(payload);
+    if let Err(e) = flatten_object(&object, &mut fields, &mut budget) {
+        return Decoded::failed(format!("fluent_bit_json: {e}"));
+    }
     for key in ["log", "message", "MESSAGE", "@timestamp"] {
         fields.remove(key);
     }

@@ -234,35 +234,112 @@ fn json_object(
     }
 }
 
+/// How much one record may expand to when decoded: labels and attributes
+/// are copied into every sample and log line (OTLP resource attributes into
+/// each data point, a JSON object's path into each flattened key), so a
+/// small record could otherwise ask for gigabytes. A record that needs more
+/// than `EXPANSION_FACTOR` × its size + `EXPANSION_SLACK` bytes is
+/// dead-lettered (an OTLP request keeps what it decoded before the limit).
+pub const EXPANSION_FACTOR: usize = 64;
+pub const EXPANSION_SLACK: usize = 1 << 20;
+/// Bytes charged per label on top of its key and value (map node, headers).
+const ENTRY_COST: usize = 64;
+
+/// The bytes a record may still expand to.
+struct Budget {
+    left: usize,
+    limit: usize,
+}
+
+impl Budget {
+    fn for_payload(payload: &[u8]) -> Budget {
+        let limit = payload
+            .len()
+            .saturating_mul(EXPANSION_FACTOR)
+            .saturating_add(EXPANSION_SLACK);
+        Budget { left: limit, limit }
+    }
+
+    /// Takes `bytes` from the budget, or says why the record is too big.
+    fn charge(&mut self, bytes: usize) -> Result<(), String> {
+        match self.left.checked_sub(bytes) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(format!(
+                "record expands to more than {} bytes of labels and lines ({EXPANSION_FACTOR} times its size, plus {EXPANSION_SLACK})",
+                self.limit
+            )),
+        }
+    }
+
+    /// Records `problem`, charged like the rest; over the budget, the
+    /// budget's reason is recorded instead and `Err` says to stop.
+    fn report(&mut self, problems: &mut Vec<String>, problem: String) -> Result<(), ()> {
+        match self.charge(problem.len() + ENTRY_COST) {
+            Ok(()) => {
+                problems.push(problem);
+                Ok(())
+            }
+            Err(e) => {
+                problems.push(e);
+                Err(())
+            }
+        }
+    }
+
+    /// What copying `labels` costs.
+    fn cost(labels: &BTreeMap<String, String>) -> usize {
+        labels
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + ENTRY_COST)
+            .sum()
+    }
+}
+
 /// Flattens a top-level JSON object into dotted keys with string values.
 fn flatten_object(
     object: &serde_json::Map<String, serde_json::Value>,
     out: &mut BTreeMap<String, String>,
-) {
+    budget: &mut Budget,
+) -> Result<(), String> {
     for (k, v) in object {
-        flatten(k, v, out);
+        flatten(k, v, out, budget)?;
     }
+    Ok(())
 }
 
-/// Flattens a JSON object into dotted keys with string values.
-fn flatten(prefix: &str, value: &serde_json::Value, out: &mut BTreeMap<String, String>) {
+/// Flattens a JSON object into dotted keys with string values; every key
+/// built and value copied is charged to `budget`.
+fn flatten(
+    prefix: &str,
+    value: &serde_json::Value,
+    out: &mut BTreeMap<String, String>,
+    budget: &mut Budget,
+) -> Result<(), String> {
     match value {
         serde_json::Value::Object(map) => {
             for (k, v) in map {
+                budget.charge(prefix.len() + 1 + k.len() + ENTRY_COST)?;
                 let key = if prefix.is_empty() {
                     k.clone()
                 } else {
                     format!("{prefix}.{k}")
                 };
-                flatten(&key, v, out);
+                flatten(&key, v, out, budget)?;
             }
         }
         serde_json::Value::String(s) => {
+            budget.charge(prefix.len() + s.len() + ENTRY_COST)?;
             out.insert(prefix.to_string(), s.clone());
         }
         serde_json::Value::Null => {}
         other => {
-            out.insert(prefix.to_string(), other.to_string());
+            let text = other.to_string();
+            budget.charge(prefix.len() + text.len() + ENTRY_COST)?;
+            out.insert(prefix.to_string(), text);
         }
     }
+    Ok(())
 }

@@ -10,48 +10,66 @@ use opentelemetry_proto::tonic::metrics::v1::{NumberDataPoint, metric, number_da
 use prost::Message;
 
 use super::time::nanos_ms;
-use super::{Batches, Decoded, LabelMap, log, sample};
+use super::{Batches, Budget, Decoded, LabelMap, log, sample};
 
 const SOURCE: &str = "otlp";
 
+/// A request with no resources: protobuf reads bytes made only of fields it
+/// does not know (and JSON `{}`) as an empty request, and the Collector
+/// never exports one, so such a record is garbage, not an empty batch.
+const NO_RESOURCES: &str = "the request carries no resources (not an OTLP export request?)";
+
 pub fn metrics_proto(payload: &[u8], labels: &LabelMap) -> Decoded {
     match ExportMetricsServiceRequest::decode(payload) {
-        Ok(request) => metrics(request, labels),
+        Ok(request) if request.resource_metrics.is_empty() => {
+            Decoded::failed(format!("otlp_proto metrics: {NO_RESOURCES}"))
+        }
+        Ok(request) => metrics(request, labels, Budget::for_payload(payload)),
         Err(e) => Decoded::failed(format!("otlp_proto metrics: {e}")),
     }
 }
 
 pub fn metrics_json(payload: &[u8], labels: &LabelMap) -> Decoded {
     match serde_json::from_slice::<ExportMetricsServiceRequest>(payload) {
-        Ok(request) => metrics(request, labels),
+        Ok(request) if request.resource_metrics.is_empty() => {
+            Decoded::failed(format!("otlp_json metrics: {NO_RESOURCES}"))
+        }
+        Ok(request) => metrics(request, labels, Budget::for_payload(payload)),
         Err(e) => Decoded::failed(format!("otlp_json metrics: {e}")),
     }
 }
 
 pub fn logs_proto(payload: &[u8], labels: &LabelMap) -> Decoded {
     match ExportLogsServiceRequest::decode(payload) {
-        Ok(request) => logs(request, labels),
+        Ok(request) if request.resource_logs.is_empty() => {
+            Decoded::failed(format!("otlp_proto logs: {NO_RESOURCES}"))
+        }
+        Ok(request) => logs(request, labels, Budget::for_payload(payload)),
         Err(e) => Decoded::failed(format!("otlp_proto logs: {e}")),
     }
 }
 
 pub fn logs_json(payload: &[u8], labels: &LabelMap) -> Decoded {
     match serde_json::from_slice::<ExportLogsServiceRequest>(payload) {
-        Ok(request) => logs(request, labels),
+        Ok(request) if request.resource_logs.is_empty() => {
+            Decoded::failed(format!("otlp_json logs: {NO_RESOURCES}"))
+        }
+        Ok(request) => logs(request, labels, Budget::for_payload(payload)),
         Err(e) => Decoded::failed(format!("otlp_json logs: {e}")),
     }
 }
 
-fn metrics(request: ExportMetricsServiceRequest, labels: &LabelMap) -> Decoded {
+fn metrics(request: ExportMetricsServiceRequest, labels: &LabelMap, mut budget: Budget) -> Decoded {
     let mut batches = Batches::default();
     let mut problems = Vec::new();
-    for resource_metrics in request.resource_metrics {
+    'all: for resource_metrics in request.resource_metrics {
         let resource = attributes(
             resource_metrics
                 .resource
                 .as_ref()
                 .map_or(&[][..], |r| &r.attributes[..]),
         );
+        let resource_cost = Budget::cost(&resource);
         for scope in resource_metrics.scope_metrics {
             for m in scope.metrics {
                 let points: &[NumberDataPoint] = match &m.data {
@@ -61,19 +79,31 @@ fn metrics(request: ExportMetricsServiceRequest, labels: &LabelMap) -> Decoded {
                     _ => continue,
                 };
                 for point in points {
+                    let own = attributes(&point.attributes);
+                    let cost = resource_cost + Budget::cost(&own) + m.name.len();
+                    if let Err(e) = budget.charge(cost) {
+                        problems.push(e);
+                        break 'all;
+                    }
                     let mut merged = resource.clone();
-                    merged.extend(attributes(&point.attributes));
+                    merged.extend(own);
                     let id = labels.identify(&merged);
                     let Some(node) = id.node.clone() else {
-                        problems.push(format!("metric `{}`: {}", m.name, labels.missing_node()));
+                        let problem = format!("metric `{}`: {}", m.name, labels.missing_node());
+                        if budget.report(&mut problems, problem).is_err() {
+                            break 'all;
+                        }
                         continue;
                     };
                     let value = match point.value {
                         Some(number_data_point::Value::AsDouble(v)) => v,
                         Some(number_data_point::Value::AsInt(v)) => v as f64,
                         None => {
-                            problems
-                                .push(format!("metric `{}`: data point without a value", m.name));
+                            let problem =
+                                format!("metric `{}`: data point without a value", m.name);
+                            if budget.report(&mut problems, problem).is_err() {
+                                break 'all;
+                            }
                             continue;
                         }
                     };
@@ -99,24 +129,31 @@ fn metrics(request: ExportMetricsServiceRequest, labels: &LabelMap) -> Decoded {
     }
 }
 
-fn logs(request: ExportLogsServiceRequest, labels: &LabelMap) -> Decoded {
+fn logs(request: ExportLogsServiceRequest, labels: &LabelMap, mut budget: Budget) -> Decoded {
     let mut decoded = Decoded::default();
-    for resource_logs in request.resource_logs {
+    'all: for resource_logs in request.resource_logs {
         let resource = attributes(
             resource_logs
                 .resource
                 .as_ref()
                 .map_or(&[][..], |r| &r.attributes[..]),
         );
+        let resource_cost = Budget::cost(&resource);
         for scope in resource_logs.scope_logs {
             for record in scope.log_records {
+                let own = attributes(&record.attributes);
+                if let Err(e) = budget.charge(resource_cost + Budget::cost(&own)) {
+                    decoded.problems.push(e);
+                    break 'all;
+                }
                 let mut merged = resource.clone();
-                merged.extend(attributes(&record.attributes));
+                merged.extend(own);
                 let id = labels.identify(&merged);
                 let Some(node) = id.node.clone() else {
-                    decoded
-                        .problems
-                        .push(format!("log record: {}", labels.missing_node()));
+                    let problem = format!("log record: {}", labels.missing_node());
+                    if budget.report(&mut decoded.problems, problem).is_err() {
+                        break 'all;
+                    }
                     continue;
                 };
                 let nanos = if record.time_unix_nano != 0 {

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::time::rfc3339_ms;
-use super::{Batches, Decoded, LabelMap, flatten, flatten_object, json_object, log, sample};
+use super::{
+    Batches, Budget, Decoded, LabelMap, flatten, flatten_object, json_object, log, sample,
+};
 
 const SOURCE: &str = "vector";
 
@@ -33,8 +35,10 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
             ));
         };
         let mut tags = BTreeMap::new();
-        if let Some(t) = object.get("tags") {
-            flatten("", t, &mut tags);
+        if let Some(t) = object.get("tags")
+            && let Err(e) = flatten("", t, &mut tags, &mut Budget::for_payload(payload))
+        {
+            return Decoded::failed(format!("vector_json: metric `{name}`: tags: {e}"));
         }
         let id = labels.identify(&tags);
         let Some(node) = id.node.clone() else {
@@ -72,7 +76,9 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
         return Decoded::failed("vector_json: log event without `message`".into());
     };
     let mut fields = BTreeMap::new();
-    flatten_object(&object, &mut fields);
+    if let Err(e) = flatten_object(&object, &mut fields, &mut Budget::for_payload(payload)) {
+        return Decoded::failed(format!("vector_json: {e}"));
+    }
     fields.remove("message");
     let id = labels.identify(&fields);
     let Some(node) = id.node.clone() else {
