@@ -69,20 +69,22 @@ impl Profile {
         &self.points
     }
 
-    /// T(x).
+    /// T(x). The segment is found by binary search (the first point at or
+    /// above x), so a long profile costs log(points) per evaluation.
     pub fn throughput(&self, gpus: u32) -> f64 {
         let first = self.points[0];
         if gpus < first.0 {
             return 0.0;
         }
-        for pair in self.points.windows(2) {
-            let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
-            if gpus <= x1 {
+        let above = 1 + self.points[1..].partition_point(|&(x, _)| x < gpus);
+        match self.points.get(above) {
+            Some(&(x1, y1)) => {
+                let (x0, y0) = self.points[above - 1];
                 let t = f64::from(gpus - x0) / f64::from(x1 - x0);
-                return y0 + t * (y1 - y0);
+                y0 + t * (y1 - y0)
             }
+            None => self.points[self.points.len() - 1].1,
         }
-        self.points[self.points.len() - 1].1
     }
 }
 
@@ -122,6 +124,14 @@ impl JobDemand {
         } else {
             gain
         }
+    }
+
+    /// How many sizes [`JobDemand::options`] gives, without listing them.
+    fn option_count(&self, unit: u32, units: u32) -> u64 {
+        let unit = u64::from(unit.max(1));
+        let lowest = u64::from(self.min_gpus).div_ceil(unit).max(1);
+        let highest = (u64::from(self.max_gpus) / unit).min(u64::from(units));
+        1 + (highest + 1).saturating_sub(lowest)
     }
 
     /// Sizes the job may get in units of `unit` GPUs: 0, and every multiple
@@ -194,6 +204,20 @@ impl Problem {
             }
         }
         Ok(())
+    }
+
+    /// The size of [`Problem::solve`]'s work: cells of its choice table
+    /// (jobs × (units + 1)) and steps of its inner loop ((units + 1) × the
+    /// sizes tried, summed over jobs).
+    pub fn dp_size(&self) -> (u64, u64) {
+        let units = self.gpus / self.unit.max(1);
+        let width = u64::from(units) + 1;
+        let sizes: u64 = self
+            .jobs
+            .iter()
+            .map(|j| j.option_count(self.unit, units))
+            .sum();
+        (width * self.jobs.len() as u64, width.saturating_mul(sizes))
     }
 
     /// Value of a given allocation.
@@ -514,15 +538,42 @@ fn gpu_count(value: i64, field: String) -> Result<u32, InvalidInput> {
     })
 }
 
+/// Limits of `unicron plan`'s input (docs/planner.md). The DP keeps a
+/// choice table of jobs × (units + 1) cells and takes (units + 1) steps per
+/// size it tries for each job, so a request of a few bytes (`gpus` 1e9,
+/// `unit` 1) would ask for gigabytes and hours; these keep one request to
+/// 64 MiB of table and about a second of work.
+pub const MAX_PLAN_JOBS: usize = 4096;
+/// Allocation units: `gpus / unit`.
+pub const MAX_PLAN_UNITS: u32 = 1 << 16;
+/// Measured points of one job's throughput profile.
+pub const MAX_PLAN_POINTS: usize = 1024;
+/// Cells of the DP's choice table (4 bytes each).
+pub const MAX_PLAN_CELLS: u64 = 1 << 24;
+/// Steps of the DP's inner loop.
+pub const MAX_PLAN_STEPS: u64 = 1 << 30;
+
 impl PlanRequest {
     /// Checks every field and builds the problem; errors name the field.
     pub fn to_problem(&self) -> Result<Problem, InvalidInput> {
+        if self.jobs.len() > MAX_PLAN_JOBS {
+            return Err(invalid(
+                "jobs",
+                format!("{} jobs; at most {MAX_PLAN_JOBS}", self.jobs.len()),
+            ));
+        }
         let mut seen = std::collections::BTreeSet::new();
         let mut jobs = Vec::with_capacity(self.jobs.len());
         for (i, job) in self.jobs.iter().enumerate() {
             let field = |name: &str| format!("jobs[{i}].{name}");
             if !seen.insert(job.id.as_str()) {
                 return Err(invalid(field("id"), format!("`{}` appears twice", job.id)));
+            }
+            if job.throughput.len() > MAX_PLAN_POINTS {
+                return Err(invalid(
+                    field("throughput"),
+                    format!("{} points; at most {MAX_PLAN_POINTS}", job.throughput.len()),
+                ));
             }
             let points = job
                 .throughput
@@ -553,6 +604,39 @@ impl PlanRequest {
             jobs,
         };
         problem.validate()?;
+        let units = problem.gpus / problem.unit;
+        if units > MAX_PLAN_UNITS {
+            return Err(invalid(
+                "unit",
+                format!(
+                    "{} GPUs in units of {} are {units} allocation units; at most {MAX_PLAN_UNITS} (use a larger unit)",
+                    problem.gpus, problem.unit
+                ),
+            ));
+        }
+        let (cells, steps) = problem.dp_size();
+        if cells > MAX_PLAN_CELLS || steps > MAX_PLAN_STEPS {
+            return Err(invalid(
+                "jobs",
+                format!(
+                    "{} jobs over {units} allocation units need {cells} table cells and {steps} steps; at most {MAX_PLAN_CELLS} and {MAX_PLAN_STEPS} (use a larger unit, fewer jobs or narrower min_gpus..max_gpus)",
+                    problem.jobs.len()
+                ),
+            ));
+        }
+        // Rewards must add up without overflowing: each job's |G| is at most
+        // w · max T · (D_running + D_transition).
+        let share = f64::MAX / (problem.jobs.len() as f64 + 1.0);
+        for (i, job) in problem.jobs.iter().enumerate() {
+            let peak = job.profile.points().iter().map(|p| p.1).fold(0.0, f64::max);
+            let bound = job.weight * peak * (problem.running_s + job.transition_s);
+            if !bound.is_finite() || bound > share {
+                return Err(invalid(
+                    format!("jobs[{i}]"),
+                    "weight × FLOP/s × (d_running_s + d_transition_s) is too large to add up",
+                ));
+            }
+        }
         Ok(problem)
     }
 }
@@ -615,5 +699,98 @@ mod request_tests {
             err.to_string(),
             "gpus: -1 is not a GPU count (0 to 4294967295)"
         );
+    }
+
+    /// Issue 8: this request made the DP allocate 8 GB for its first row
+    /// (and would then have run for hours with a job in it).
+    #[test]
+    fn absurd_sizes_are_refused_before_the_dp_allocates() {
+        let err = request(r#"{"gpus": 1000000000, "unit": 1, "d_running_s": 0, "jobs": []}"#)
+            .unwrap_err();
+        assert_eq!(err.field, "unit");
+        assert!(
+            err.reason
+                .contains("1000000000 allocation units; at most 65536"),
+            "{err}"
+        );
+        // Within the unit limit, but a table of jobs × units too large.
+        let jobs: Vec<String> = (0..300)
+            .map(|i| format!(r#"{{"id": "j{i}", "min_gpus": 0, "max_gpus": 0, "d_transition_s": 0, "throughput": [[1, 1.0]]}}"#))
+            .collect();
+        let text = format!(
+            r#"{{"gpus": 65536, "unit": 1, "d_running_s": 1, "jobs": [{}]}}"#,
+            jobs.join(",")
+        );
+        assert_eq!(request(&text).unwrap_err().field, "jobs");
+        // Each job may be any size: few cells, too many steps.
+        let text = r#"{"gpus": 65536, "unit": 1, "d_running_s": 1, "jobs": [{"id": "a", "min_gpus": 0, "max_gpus": 65536, "d_transition_s": 0, "throughput": [[1, 1.0]]}]}"#;
+        let err = request(text).unwrap_err();
+        assert!(err.reason.contains("4295098369 steps"), "{err}");
+        let err = request(
+            r#"{"gpus": 8, "unit": 8, "d_running_s": 1e300, "jobs": [{"id": "a", "weight": 1e10, "min_gpus": 8, "max_gpus": 8, "d_transition_s": 0, "throughput": [[8, 1e10]]}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.field, "jobs[0]");
+    }
+
+    #[test]
+    fn option_count_counts_the_options() {
+        for unit in 1..=9 {
+            for units in 0..=6 {
+                for min in 0..=20 {
+                    for max in min..=24 {
+                        let mut j = job_with(min, max);
+                        j.current_gpus = (min + max) / 2;
+                        assert_eq!(
+                            j.option_count(unit, units),
+                            j.options(unit, units).len() as u64,
+                            "unit {unit} units {units} min {min} max {max}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn job_with(min: u32, max: u32) -> JobDemand {
+        JobDemand {
+            id: "a".into(),
+            weight: 1.0,
+            min_gpus: min,
+            max_gpus: max,
+            current_gpus: 0,
+            hit: false,
+            transition_s: 0.0,
+            profile: Profile::new(vec![(1, 1.0)], "t").unwrap(),
+        }
+    }
+
+    /// The binary search picks the same segment as the scan it replaced.
+    #[test]
+    fn throughput_matches_a_linear_scan() {
+        let points: Vec<(u32, f64)> = (1..40)
+            .map(|i| (i * 3 + i % 2, (i as f64).sqrt() * 1e15 / 7.0))
+            .collect();
+        let profile = Profile::new(points.clone(), "t").unwrap();
+        let scan = |gpus: u32| -> f64 {
+            if gpus < points[0].0 {
+                return 0.0;
+            }
+            for pair in points.windows(2) {
+                let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+                if gpus <= x1 {
+                    let t = f64::from(gpus - x0) / f64::from(x1 - x0);
+                    return y0 + t * (y1 - y0);
+                }
+            }
+            points[points.len() - 1].1
+        };
+        for gpus in 0..150 {
+            assert_eq!(
+                profile.throughput(gpus).to_bits(),
+                scan(gpus).to_bits(),
+                "{gpus}"
+            );
+        }
     }
 }
