@@ -315,3 +315,217 @@ mod example_tests {
         assert_eq!(loaded, Config::default());
     }
 }
+
+/// Fuzzing the loader (issue 8): the default configuration with values
+/// replaced by others of any type, keys removed or misspelt, and the text
+/// then cut or spliced, loads or fails with one line naming the field (or
+/// the line of a syntax error), never a panic. `PROPTEST_CASES=20000 cargo
+/// test -p unicron --bin unicron config::fuzz_tests` is the long run.
+#[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closure signature
+mod fuzz_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Sections of the file, as errors name them.
+    const SECTIONS: [&str; 9] = [
+        "kafka", "metrics", "embedded", "planner", "detector", "executor", "sim", "archiver",
+        "status",
+    ];
+
+    #[derive(Debug, Clone)]
+    enum Edit {
+        /// Replace the value at a path (chosen by index among all paths).
+        Set(usize, toml::Value),
+        /// Replace it with another of the same type: a number out of range,
+        /// another string, the other boolean.
+        Tweak(usize, i64, f64, String),
+        Remove(usize),
+        /// A key no section knows, in the section of a path.
+        Unknown(usize, String),
+    }
+
+    fn value() -> impl Strategy<Value = toml::Value> {
+        let scalar = prop_oneof![
+            any::<i64>().prop_map(toml::Value::Integer),
+            prop_oneof![Just(0i64), Just(-1), Just(1), Just(65_536), Just(i64::MAX)]
+                .prop_map(toml::Value::Integer),
+            any::<f64>().prop_map(toml::Value::Float),
+            prop_oneof![Just(f64::NAN), Just(f64::INFINITY), Just(0.0), Just(-1.5)]
+                .prop_map(toml::Value::Float),
+            any::<bool>().prop_map(toml::Value::Boolean),
+            ".{0,16}".prop_map(toml::Value::String),
+            prop_oneof![
+                Just("0.0.0.0:0"),
+                Just("k1:9092"),
+                Just("10s"),
+                Just("-5m"),
+                Just("otlp_json"),
+                Just("metrics"),
+                Just("")
+            ]
+            .prop_map(|s| toml::Value::String(s.to_string())),
+        ];
+        scalar.prop_recursive(2, 8, 3, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(toml::Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,8}", inner, 0..3)
+                    .prop_map(|m| toml::Value::Table(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        let int = prop_oneof![
+            Just(0i64),
+            Just(-1),
+            Just(1),
+            Just(17),
+            Just(i64::from(i32::MAX) + 1),
+            Just(i64::MIN),
+            any::<i64>()
+        ];
+        let float = prop_oneof![
+            Just(0.0f64),
+            Just(-1.0),
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(1e300),
+            Just(0.5),
+            any::<f64>()
+        ];
+        let string = prop_oneof![
+            Just(String::new()),
+            Just("[::1]:99999".to_string()),
+            Just("none".to_string()),
+            ".{0,12}"
+        ];
+        prop_oneof![
+            4 => (any::<usize>(), int, float, string).prop_map(|(at, i, f, s)| Edit::Tweak(at, i, f, s)),
+            3 => (any::<usize>(), value()).prop_map(|(at, v)| Edit::Set(at, v)),
+            1 => any::<usize>().prop_map(Edit::Remove),
+            1 => (any::<usize>(), "[a-z_]{1,10}").prop_map(|(at, k)| Edit::Unknown(at, k)),
+        ]
+    }
+
+    /// Every path to a value of `table`, depth first.
+    fn paths(table: &toml::Table, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        for (key, value) in table {
+            let mut path = prefix.to_vec();
+            path.push(key.clone());
+            out.push(path.clone());
+            if let toml::Value::Table(inner) = value {
+                paths(inner, &path, out);
+            }
+        }
+    }
+
+    fn parent<'t>(table: &'t mut toml::Table, path: &[String]) -> Option<&'t mut toml::Table> {
+        let mut at = table;
+        for key in &path[..path.len() - 1] {
+            at = at.get_mut(key)?.as_table_mut()?;
+        }
+        Some(at)
+    }
+
+    fn apply(table: &mut toml::Table, edit: &Edit) {
+        let mut all = Vec::new();
+        paths(table, &[], &mut all);
+        if all.is_empty() {
+            return;
+        }
+        let path = match edit {
+            Edit::Set(at, _) | Edit::Tweak(at, ..) | Edit::Remove(at) | Edit::Unknown(at, _) => {
+                &all[at % all.len()]
+            }
+        };
+        let Some(parent) = parent(table, path) else {
+            return;
+        };
+        let key = path.last().unwrap();
+        match edit {
+            Edit::Set(_, value) => {
+                parent.insert(key.clone(), value.clone());
+            }
+            Edit::Tweak(_, int, float, string) => {
+                let value = match parent.get(key) {
+                    Some(toml::Value::Integer(_)) => toml::Value::Integer(*int),
+                    Some(toml::Value::Float(_)) => toml::Value::Float(*float),
+                    Some(toml::Value::String(_)) => toml::Value::String(string.clone()),
+                    Some(toml::Value::Boolean(b)) => toml::Value::Boolean(!b),
+                    _ => return,
+                };
+                parent.insert(key.clone(), value);
+            }
+            Edit::Remove(_) => {
+                parent.remove(key);
+            }
+            Edit::Unknown(_, name) => {
+                parent.insert(format!("{name}_x"), toml::Value::Integer(1));
+            }
+        }
+    }
+
+    fn check(text: &str) -> Result<(), TestCaseError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("unicron.toml");
+        std::fs::write(&path, text).unwrap();
+        let loaded = super::tests::jailed(|| Config::load(Some(&path)));
+        if let Err(e) = loaded {
+            let message = e.to_string();
+            prop_assert!(!message.contains('\n'), "{message}");
+            prop_assert!(message.starts_with("config: "), "{message}");
+            // Our checks start with the field's path; figment's name the
+            // key (under its profile, `default.`); TOML's the line.
+            let names_field = SECTIONS
+                .iter()
+                .any(|s| message.starts_with(&format!("config: {s}.")))
+                || message.contains("for key \"default.")
+                || message.starts_with("config: TOML parse error at line ");
+            prop_assert!(names_field, "names no field: {message}");
+        }
+        Ok(())
+    }
+
+    fn cases(default: u32) -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default);
+        ProptestConfig {
+            cases,
+            ..ProptestConfig::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(cases(192))]
+
+        #[test]
+        fn edited_configs_load_or_name_the_field(
+            edits in proptest::collection::vec(edit(), 1..4),
+            splice in proptest::option::of((any::<usize>(), prop_oneof![
+                Just(""), Just("["), Just("]"), Just("="), Just("\""), Just("\n[kafka]\n"),
+                Just("\u{0}"), Just("x = 1\n"),
+            ])),
+        ) {
+            let mut table = toml::Table::try_from(Config::default()).unwrap();
+            for e in &edits {
+                apply(&mut table, e);
+            }
+            let mut text = toml::to_string(&table).unwrap();
+            if let Some((at, with)) = splice {
+                let mut at = at % (text.len() + 1);
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                if with.is_empty() {
+                    text.truncate(at);
+                } else {
+                    text.insert_str(at, with);
+                }
+            }
+            check(&text)?;
+        }
+    }
+}

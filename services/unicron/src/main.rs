@@ -46,7 +46,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(cli::run(cli.command, config)) {
+    let outcome = runtime.block_on(cli::run(cli.command, config));
+    // Blocking reads still running must not keep a finished command alive.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

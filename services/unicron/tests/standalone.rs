@@ -43,7 +43,10 @@ fn standalone_chaos_loses_nothing_and_does_nothing_twice() {
     };
     assert!(last.starts_with("chaos: kills="), "{stdout}\n{stderr}");
     if !out.status.success() {
-        for log in std::fs::read_dir(work.path().join("logs")).unwrap().flatten() {
+        for log in std::fs::read_dir(work.path().join("logs"))
+            .unwrap()
+            .flatten()
+        {
             let text = std::fs::read_to_string(log.path()).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(15).collect();
             eprintln!("--- {}", log.path().display());

@@ -36,7 +36,8 @@ impl Broker {
     pub fn start(tansu: &Path, port: u16, dir: &Path, logs: &Path) -> anyhow::Result<Broker> {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let url = format!("tcp://{addr}");
-        let storage = format!("sqlite://{}", dir.join("tansu.db").display());
+        // tansu opens a SQLite path relative to its working directory.
+        let storage = "sqlite://tansu.db".to_string();
         let mut service = Service::new(
             "tansu",
             tansu,
@@ -50,7 +51,8 @@ impl Broker {
                 &storage,
             ],
             logs,
-        );
+        )
+        .in_dir(dir);
         service.start()?;
         let broker = Broker { addr, service };
         broker.wait_ready()?;

@@ -5,8 +5,8 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Shared with the driver: arm it, and read how often it fired.
 #[derive(Default)]
@@ -70,8 +70,7 @@ fn relay(client: TcpStream, upstream: SocketAddr, trap: &Trap) -> std::io::Resul
         let mut server = TcpStream::connect(upstream)?;
         server.write_all(&head)?;
         server.write_all(&body)?;
-        let mut answer = Vec::new();
-        server.read_to_end(&mut answer)?;
+        let answer = read_answer(&mut BufReader::new(server))?;
         if trap.armed.swap(false, Ordering::SeqCst) {
             let pid = trap.victim.load(Ordering::SeqCst);
             if pid != 0 {
@@ -80,8 +79,34 @@ fn relay(client: TcpStream, upstream: SocketAddr, trap: &Trap) -> std::io::Resul
                 return Ok(());
             }
         }
-        // Keep-alive towards the executor: rewrite the upstream's close.
-        let text = String::from_utf8_lossy(&answer).replace("connection: close\r\n", "");
-        (&client).write_all(text.as_bytes())?;
+        (&client).write_all(&answer)?;
     }
+}
+
+/// One HTTP answer, read by its Content-Length (not to the end of the
+/// connection, which a keep-alive server may hold open).
+fn read_answer(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
+    let mut answer = Vec::new();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(value) = lower.strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+        if lower.starts_with("connection:") {
+            continue; // the executor's connection stays open
+        }
+        answer.extend_from_slice(line.as_bytes());
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    answer.extend_from_slice(&body);
+    Ok(answer)
 }

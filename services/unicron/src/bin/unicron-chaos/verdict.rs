@@ -20,7 +20,11 @@ pub struct Verdict {
 }
 
 /// Reads commands and results from the log and the simulator's summary.
-pub fn judge(kafka: &KafkaConfig, brokers: &str, summary: &serde_json::Value) -> anyhow::Result<Verdict> {
+pub fn judge(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    summary: &serde_json::Value,
+) -> anyhow::Result<Verdict> {
     let mut v = Verdict::default();
     // Ground truth: every fault the simulator injected into a running job
     // must have been resolved by an action.
@@ -64,7 +68,8 @@ pub fn judge(kafka: &KafkaConfig, brokers: &str, summary: &serde_json::Value) ->
             1 => {}
             _ => {
                 v.duplicate_actions += 1;
-                v.findings.push(format!("command {id} has results {:?}", finals[id]));
+                v.findings
+                    .push(format!("command {id} has results {:?}", finals[id]));
             }
         }
     }
@@ -87,7 +92,8 @@ pub fn judge(kafka: &KafkaConfig, brokers: &str, summary: &serde_json::Value) ->
     for (target, ids) in by_target {
         if ids.len() > 1 {
             v.duplicate_actions += ids.len() as u64 - 1;
-            v.findings.push(format!("{target:?} commanded {} times: {ids:?}", ids.len()));
+            v.findings
+                .push(format!("{target:?} commanded {} times: {ids:?}", ids.len()));
         }
     }
     Ok(v)
