@@ -404,3 +404,223 @@ async fn json_formats_produced_by_kcat_are_detected_and_bad_ones_dead_lettered()
     );
     detector.stop().await;
 }
+
+/// Garbage for one input topic, drawn until its decoder refuses it: bytes,
+/// text, JSON objects with the keys the formats read, and cut encodings of
+/// a native record.
+fn garbage(
+    runner: &mut proptest::test_runner::TestRunner,
+    valid: &[u8],
+    bad: impl Fn(&[u8]) -> bool,
+    n: usize,
+) -> Vec<Vec<u8>> {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    let json_value = prop_oneof![
+        Just("null".to_string()),
+        any::<i64>().prop_map(|v| v.to_string()),
+        Just("1.7e9".to_string()),
+        Just("\"2026-03-01T10:22:01Z\"".to_string()),
+        Just("\"n1\"".to_string()),
+        Just("{\"value\": \"x\"}".to_string()),
+        Just("[]".to_string()),
+    ];
+    let key = proptest::sample::select(vec![
+        "timestamp",
+        "@timestamp",
+        "value",
+        "name",
+        "labels",
+        "message",
+        "log",
+        "host",
+        "counter",
+        "resourceMetrics",
+        "resourceLogs",
+    ]);
+    let valid = valid.to_vec();
+    let strategy = prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..96),
+        ".{0,40}".prop_map(String::into_bytes),
+        proptest::collection::btree_map(key, json_value, 0..4).prop_map(|fields| {
+            let body: Vec<String> = fields
+                .iter()
+                .map(|(k, v)| format!("\"{k}\": {v}"))
+                .collect();
+            format!("{{{}}}", body.join(", ")).into_bytes()
+        }),
+        (any::<usize>(), proptest::collection::vec(any::<u8>(), 0..4)).prop_map(
+            move |(cut, tail)| {
+                let mut bytes = valid[..cut % valid.len()].to_vec();
+                bytes.extend(tail);
+                bytes
+            }
+        ),
+    ];
+    let mut out = Vec::new();
+    for _ in 0..10_000 {
+        if out.len() == n {
+            return out;
+        }
+        let payload = strategy.new_tree(runner).unwrap().current();
+        if bad(&payload) {
+            out.push(payload);
+        }
+    }
+    panic!("could not draw {n} bad payloads");
+}
+
+/// Issue 8: every record no decoder can use ends in the DLQ exactly once,
+/// with a reason and its source topic, partition and offset. The garbage is
+/// drawn with a fixed seed, so the run is the same every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let h = Harness::new();
+    let external = [
+        (
+            "fz.otlp.metrics",
+            InputFormat::OtlpProto,
+            Some(Signal::Metrics),
+        ),
+        ("fz.otlp.logs", InputFormat::OtlpJson, Some(Signal::Logs)),
+        ("fz.prom", InputFormat::PrometheusJson, None),
+        ("fz.vector", InputFormat::VectorJson, None),
+        ("fz.fluentbit", InputFormat::FluentBitJson, None),
+    ];
+    let mut settings = DetectorSettings::default();
+    for (topic, format, signal) in external {
+        h.broker.create_topic(topic, 2).unwrap();
+        settings.inputs.push(ExternalInput {
+            topic: topic.into(),
+            format,
+            signal,
+            labels: Default::default(),
+            optional: false,
+        });
+    }
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
+    const PER_TOPIC: usize = 12;
+    let mut batches: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
+    let t = now_ms();
+    let log = LogRecord {
+        cluster: "c1".into(),
+        node: "n1".into(),
+        time_ms: t,
+        source: "test".into(),
+        job: Some("gpt".into()),
+        rank: Some(3),
+        gpu: None,
+        line: "NCCL WARN something".into(),
+        attributes: BTreeMap::from([("k".to_string(), "v".to_string())]),
+    };
+    let batch = TelemetryBatch {
+        cluster: "c1".into(),
+        node: "n1".into(),
+        source: "test".into(),
+        samples: vec![MetricSample {
+            name: "DCGM_FI_DEV_GPU_TEMP".into(),
+            value: 40.0,
+            time_ms: t,
+            gpu: Some(0),
+            job: None,
+            rank: None,
+            labels: BTreeMap::new(),
+        }],
+    };
+    let agent = AgentEvent {
+        cluster: "c1".into(),
+        node: "n1".into(),
+        time_ms: t,
+        kind: AgentEventKind::Heartbeat,
+        job: None,
+        rank: None,
+        exit_code: None,
+        signal: None,
+        iteration: None,
+        iteration_time_ms: None,
+    };
+    let log_codec = AvroCodec::<LogRecord>::default();
+    let telemetry_codec = AvroCodec::<TelemetryBatch>::default();
+    let agent_codec = AvroCodec::<AgentEvent>::default();
+    batches.push((
+        h.kafka.topic("logs"),
+        garbage(
+            &mut runner,
+            &log_codec.encode(&log).unwrap(),
+            |p| log_codec.decode(p).is_err(),
+            PER_TOPIC,
+        ),
+    ));
+    batches.push((
+        h.kafka.topic("telemetry"),
+        garbage(
+            &mut runner,
+            &telemetry_codec.encode(&batch).unwrap(),
+            |p| telemetry_codec.decode(p).is_err(),
+            PER_TOPIC,
+        ),
+    ));
+    batches.push((
+        h.kafka.topic("agent"),
+        garbage(
+            &mut runner,
+            &agent_codec.encode(&agent).unwrap(),
+            |p| agent_codec.decode(p).is_err(),
+            PER_TOPIC,
+        ),
+    ));
+    for input in settings
+        .inputs
+        .iter()
+        .filter(|i| i.topic.starts_with("fz."))
+    {
+        let valid = b"{\"timestamp\": \"2026-03-01T10:22:01Z\", \"message\": \"m\"}";
+        batches.push((
+            input.topic.clone(),
+            garbage(
+                &mut runner,
+                valid,
+                |p| !unicron_bus::formats::decode(input, p).problems.is_empty(),
+                PER_TOPIC,
+            ),
+        ));
+    }
+
+    let detector = h.start(settings);
+    let dlq = h.reader("dlq", "t-dlq");
+    // (topic, partition, offset) → payload of every record sent.
+    let mut sent: BTreeMap<(String, i32, i64), Vec<u8>> = BTreeMap::new();
+    for (topic, payloads) in &batches {
+        for (i, payload) in payloads.iter().enumerate() {
+            let key = format!("k{i}");
+            let at = h
+                .producer
+                .send_bytes(topic, key.as_bytes(), payload)
+                .await
+                .unwrap();
+            sent.insert((topic.clone(), at.partition, at.offset), payload.clone());
+        }
+    }
+    assert_eq!(sent.len(), batches.len() * PER_TOPIC);
+
+    let letters: Vec<DeadLetter> = read(&dlq, sent.len()).await;
+    nothing_more(&dlq).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for letter in &letters {
+        let at = (letter.source_topic.clone(), letter.partition, letter.offset);
+        let payload = sent
+            .get(&at)
+            .unwrap_or_else(|| panic!("a dead letter for a record not sent: {at:?}"));
+        assert!(seen.insert(at.clone()), "two dead letters for {at:?}");
+        assert!(!letter.error.trim().is_empty(), "no reason for {at:?}");
+        assert_eq!(letter.service, "detector");
+        assert_eq!(&letter.payload, payload, "{at:?}");
+        assert_eq!(letter.payload_size, payload.len() as i64);
+    }
+    assert_eq!(seen.len(), sent.len());
+    detector.stop().await;
+}
