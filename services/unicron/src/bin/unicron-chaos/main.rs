@@ -358,7 +358,8 @@ listen = "{sim_addr}"
         let in_rebalance = (rebalance_from..rebalance_until).contains(&now);
         let [a, b] = &mut planners;
         for s in [&mut detector, a, b] {
-            if !s.running() && !(in_rebalance && s.name == "planner-b") {
+            let held_down = in_rebalance && s.name == "planner-b";
+            if !held_down && !s.running() {
                 crashes.push(s.name.clone());
                 s.start()?;
             }

@@ -59,7 +59,7 @@ pub fn judge(
         }
     }
     // Every command has exactly one final result.
-    for (id, _) in &commands {
+    for id in commands.keys() {
         match finals.get(id).map_or(0, BTreeSet::len) {
             0 => {
                 v.lost += 1;
