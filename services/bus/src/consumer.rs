@@ -157,6 +157,12 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 )) => {
                     tracing::warn!(error = %code, "subscribed topic not available");
                 }
+                // librdkafka reports lost connections (a broker restart)
+                // and reconnects by itself: not a reason to stop.
+                Err(KafkaError::MessageConsumption(code)) => {
+                    tracing::warn!(error = %code, "consumer error; librdkafka retries");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
                 Err(e) => return Err(e.into()),
             }
         };

@@ -13,6 +13,8 @@ use crate::schemas::AvroRecord;
 
 /// How long a send may wait in librdkafka's queue when it is full.
 const QUEUE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a send keeps re-sending after errors a broker restart causes.
+const RESEND_FOR: Duration = Duration::from_secs(120);
 
 /// Where a record landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,19 +50,32 @@ impl Producer {
         })
     }
 
-    /// Sends raw bytes and waits for the delivery report.
+    /// Sends raw bytes and waits for the delivery report. librdkafka
+    /// retries what Kafka marks retriable; errors a broker answers while it
+    /// shuts down or restarts are re-sent here for up to two minutes, so a
+    /// broker restart does not stop a service. A re-send may write the
+    /// record twice; every consumer of unicron's topics tolerates that
+    /// (ids, dedupe, at-least-once inputs).
     pub async fn send_bytes(
         &self,
         topic: &str,
         key: &[u8],
         payload: &[u8],
     ) -> Result<Delivered, BusError> {
-        let record = FutureRecord::to(topic).key(key).payload(payload);
-        let delivery = self
-            .inner
-            .send(record, Timeout::After(QUEUE_TIMEOUT))
-            .await
-            .map_err(|(e, _)| BusError::Kafka(e))?;
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        let delivery = loop {
+            let record = FutureRecord::to(topic).key(key).payload(payload);
+            match self.inner.send(record, Timeout::After(QUEUE_TIMEOUT)).await {
+                Ok(delivery) => break delivery,
+                Err((e, _)) if transient(&e) && started.elapsed() < RESEND_FOR => {
+                    tracing::warn!(%topic, error = %e, "send failed; sending again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                Err((e, _)) => return Err(BusError::Kafka(e)),
+            }
+        };
         metrics::counter!(RECORDS_OUT, "topic" => topic.to_string()).increment(1);
         Ok(Delivered {
             partition: delivery.partition,
@@ -85,4 +100,26 @@ impl Producer {
         self.inner.flush(timeout)?;
         Ok(())
     }
+}
+
+/// Errors worth sending again: the broker was unreachable, restarting or
+/// answered with an unspecific error; not a record the broker refuses.
+fn transient(error: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    let code = match error {
+        rdkafka::error::KafkaError::MessageProduction(code) => *code,
+        _ => return false,
+    };
+    !matches!(
+        code,
+        Code::MessageSizeTooLarge
+            | Code::InvalidMessageSize
+            | Code::InvalidMessage
+            | Code::InvalidRecord
+            | Code::TopicAuthorizationFailed
+            | Code::ClusterAuthorizationFailed
+            | Code::UnknownTopicOrPartition
+            | Code::UnknownTopic
+            | Code::InvalidTopic
+    )
 }
