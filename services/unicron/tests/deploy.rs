@@ -715,6 +715,8 @@ impl Pod<'_> {
             let from = &var["valueFrom"];
             let value = if let Some(value) = text(&var["value"]) {
                 value
+            } else if from["fieldRef"]["fieldPath"] == "metadata.name" {
+                format!("{}-0", self.name)
             } else if from["secretKeyRef"].is_mapping() {
                 let secret = &from["secretKeyRef"];
                 k8s.secret(
