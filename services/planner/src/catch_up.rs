@@ -16,7 +16,7 @@ use unicron_core::Decision;
 use unicron_core::planner::{Input, InputEvent, Planner};
 use unicron_store::{Commit, Store};
 
-use crate::service::{Codecs, PlannerError, Topics, load_cluster, state_key};
+use crate::service::{Codecs, PlannerError, Topics, decode_input, load_cluster, state_key};
 
 /// Catches `planner` up on the input partitions in `assigned` and commits
 /// the result. Returns the number of decisions applied.
@@ -60,22 +60,7 @@ pub async fn catch_up(
     let mut events: BTreeMap<(String, i32, i64), InputEvent> = BTreeMap::new();
     for topic in wanted {
         for record in read(kafka, brokers, topic).await? {
-            let decoded = if topic == topics.failures.as_str() {
-                codecs
-                    .failure
-                    .decode(&record.payload)
-                    .map(InputEvent::Failure)
-            } else if topic == topics.cluster.as_str() {
-                codecs
-                    .cluster
-                    .decode(&record.payload)
-                    .map(InputEvent::Cluster)
-            } else {
-                codecs
-                    .result
-                    .decode(&record.payload)
-                    .map(InputEvent::Result)
-            };
+            let decoded = decode_input(topics, codecs, topic, &record.payload);
             if let Ok(event) = decoded {
                 events.insert((record.topic, record.partition, record.offset), event);
             }

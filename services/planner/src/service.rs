@@ -248,21 +248,22 @@ fn decode(
             limit: topics.max_record_bytes,
         });
     }
-    if record.topic == topics.failures {
-        codecs
-            .failure
-            .decode(&record.payload)
-            .map(InputEvent::Failure)
-    } else if record.topic == topics.cluster {
-        codecs
-            .cluster
-            .decode(&record.payload)
-            .map(InputEvent::Cluster)
+    decode_input(topics, codecs, &record.topic, &record.payload)
+}
+
+/// A planner input by its topic: a failure, a cluster event or a result.
+pub(crate) fn decode_input(
+    topics: &Topics,
+    codecs: &Codecs,
+    topic: &str,
+    payload: &[u8],
+) -> Result<InputEvent, DecodeError> {
+    if topic == topics.failures {
+        codecs.failure.decode(payload).map(InputEvent::Failure)
+    } else if topic == topics.cluster {
+        codecs.cluster.decode(payload).map(InputEvent::Cluster)
     } else {
-        codecs
-            .result
-            .decode(&record.payload)
-            .map(InputEvent::Result)
+        codecs.result.decode(payload).map(InputEvent::Result)
     }
 }
 

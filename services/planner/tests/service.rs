@@ -285,33 +285,24 @@ fn replay_log(h: &Harness) -> unicron_core::replay::Comparison {
     let brokers = h.brokers();
     let read_all = |name: &str| read_topic(&h.kafka, &brokers, &h.kafka.topic(name)).unwrap();
     let mut inputs = BTreeMap::new();
-    for record in read_all("failures") {
-        let event = AvroCodec::<FailureEvent>::default()
-            .decode(&record.payload)
-            .unwrap();
+    let mut add = |record: unicron_bus::InboundRecord, event: InputEvent| {
         inputs.insert(
             (record.topic.clone(), record.partition, record.offset),
             Input {
                 topic: record.topic,
                 partition: record.partition,
                 offset: record.offset,
-                event: InputEvent::Failure(event),
+                event,
             },
         );
+    };
+    for record in read_all("failures") {
+        let event = AvroCodec::<FailureEvent>::default().decode(&record.payload);
+        add(record, InputEvent::Failure(event.unwrap()));
     }
     for record in read_all("cluster") {
-        let event = AvroCodec::<ClusterEvent>::default()
-            .decode(&record.payload)
-            .unwrap();
-        inputs.insert(
-            (record.topic.clone(), record.partition, record.offset),
-            Input {
-                topic: record.topic,
-                partition: record.partition,
-                offset: record.offset,
-                event: InputEvent::Cluster(event),
-            },
-        );
+        let event = AvroCodec::<ClusterEvent>::default().decode(&record.payload);
+        add(record, InputEvent::Cluster(event.unwrap()));
     }
     let decisions: Vec<Decision> = read_all("decisions")
         .iter()
