@@ -365,6 +365,16 @@ proptest! {
     }
 }
 
+/// Found by the long run: toml's message for `[A` spans two lines.
+#[test]
+fn a_toml_error_in_a_rules_file_is_one_line() {
+    let err = LogRules::with_user("[A").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "rules file: line 1: invalid table header expected `.`, `]`"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // `unicron plan`'s request.
 

@@ -67,9 +67,11 @@ impl RulesFile {
             let line = e
                 .span()
                 .map(|span| text[..span.start.min(text.len())].lines().count().max(1));
+            // toml's messages may span lines ("invalid table header\nexpected ...")
+            let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
             RulesError::Parse(match line {
-                Some(line) => format!("line {line}: {}", e.message()),
-                None => e.message().to_string(),
+                Some(line) => format!("line {line}: {message}"),
+                None => message,
             })
         })
     }
