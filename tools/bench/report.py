@@ -140,6 +140,24 @@ def main():
         print()
         print(tables(outs[name]))
     print()
+    sustained = os.path.join(work, "sustained.md")
+    if os.path.exists(sustained):
+        print(SUSTAINED_TITLE)
+        print()
+        print(SUSTAINED_WHAT)
+        print()
+        with open(sustained, encoding="utf-8") as f:
+            print(f.read().rstrip())
+        print()
+
+
+SUSTAINED_TITLE = "## Sustained load through a standalone broker"
+SUSTAINED_WHAT = (
+    "`tools/bench/sustained.py`: the simulator at 10x the telemetry rate of a "
+    "1,024-GPU cluster (128 nodes x 8 GPUs, speed 10) for 10 minutes through tansu "
+    "0.6.0 (memory storage), with detector, planner and executor as separate "
+    "processes; sampled every 30 s from their /metrics and /proc."
+)
 
 
 if __name__ == "__main__":

@@ -36,5 +36,15 @@ cargo build -q --release -p unicron
 "$CARGO_TARGET_DIR/release/unicron" up --trace tools/traces/example.csv --duration 60s \
   --no-archive --summary-json "$work/up.json" >"$work/up.out" 2>/dev/null
 
+# Sustained load needs the standalone broker (docs/chaos.md); 10 minutes.
+tansu="${TANSU:-/var/cache/unicron-tools/bin/tansu}"
+if [ -x "$tansu" ]; then
+  echo "bench: sustained load through tansu (10 min)" >&2
+  python3 tools/bench/sustained.py --tansu "$tansu" \
+    --unicron "$CARGO_TARGET_DIR/release/unicron" >"$work/sustained.md"
+else
+  echo "bench: no tansu at $tansu; sustained load skipped" >&2
+fi
+
 python3 tools/bench/report.py "$work" >"$out"
 echo "wrote $out" >&2
