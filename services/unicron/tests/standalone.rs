@@ -26,7 +26,7 @@ fn standalone_chaos_loses_nothing_and_does_nothing_twice() {
         .arg(&tansu)
         .arg("--work-dir")
         .arg(work.path())
-        .args(["--minutes", "3", "--kills", "20", "--seed", "7"])
+        .args(["--minutes", "6", "--kills", "20", "--seed", "7"])
         .arg("--no-broker-restart")
         .output()
         .unwrap();

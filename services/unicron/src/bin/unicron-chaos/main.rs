@@ -31,6 +31,8 @@ use crate::procs::Service;
 
 /// Simulated seconds per real second.
 const SPEED: f64 = 30.0;
+/// Fewest real seconds between two planner kills.
+const MIN_KILL_GAP_S: f64 = 12.0;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -39,9 +41,10 @@ const SPEED: f64 = 30.0;
 )]
 struct Args {
     /// Real minutes the simulated cluster runs.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 6.0)]
     minutes: f64,
-    /// Planner SIGKILLs at least (spread over the run).
+    /// Planner SIGKILLs to aim for, at least 12 s apart in the first 75% of
+    /// the run (20 kills need 6 minutes).
     #[arg(long, default_value_t = 20)]
     kills: u32,
     /// Seed of the kill schedule and of the simulation.
@@ -292,8 +295,13 @@ listen = "{sim_addr}"
     // The schedule, in seconds from now.
     let total = args.minutes * 60.0;
     let mut rng = Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    // Kills in the first 75%; the rest of the run is for recovery.
-    let gap = total * 0.75 / f64::from(args.kills.max(1));
+    // Kills in the first 75%; the rest of the run is for recovery. At
+    // least 12 s apart: the group must settle between kills (a rebalance on
+    // tansu takes up to 10 s), or no planner ever owns a partition long
+    // enough to decide, and the run proves nothing.
+    let gap = (total * 0.75 / f64::from(args.kills.max(1))).max(MIN_KILL_GAP_S);
+    // Intervals never exceed `gap`, so the run reaches `--kills` whenever
+    // the gap allows it.
     let mut next_kill = rng.between(gap * 0.5, gap);
     let traps = [total * 0.3, total * 0.5];
     let mut armed = 0;
@@ -324,7 +332,7 @@ listen = "{sim_addr}"
                 std::thread::sleep(Duration::from_secs_f64(rng.between(0.2, 2.0)));
                 planners[which].start()?;
             }
-            next_kill = now + rng.between(gap * 0.5, gap * 1.5);
+            next_kill = now + rng.between(MIN_KILL_GAP_S.max(gap * 0.85), gap);
         }
         if armed < traps.len() && now >= traps[armed] {
             trap.arm();
