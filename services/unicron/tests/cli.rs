@@ -4,6 +4,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Output, Stdio};
 
+mod common;
+use common::http_get;
+
 fn unicron() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_unicron"));
     command.env_remove("RUST_LOG");
@@ -261,20 +264,6 @@ fn up_hosts_a_broker_other_processes_can_use() {
         stdout.contains("unicron.telemetry (12 partitions)"),
         "{stdout}"
     );
-}
-
-/// A plain HTTP/1.1 GET; the whole reply, status line first.
-fn http_get(address: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    reply
 }
 
 #[test]

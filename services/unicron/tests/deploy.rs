@@ -5,10 +5,11 @@
 //! what the binary does, and every metric they name is one the code exports.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+mod common;
 
 use serde_json::Value as Json;
 // yaml_serde is serde_yaml continued by the YAML organization (same API,
@@ -1699,25 +1700,11 @@ fn dockerfile_builds_the_workspace_binary_with_its_rust_version() {
 
 /// The status line of `GET path` on `addr`.
 fn http_status(addr: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response.lines().next().unwrap_or_default().to_string()
-}
-
-/// Stops the child on every exit path, a failed assertion included.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    common::http_get(addr, path)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[test]
@@ -1745,7 +1732,7 @@ fn probe_paths_are_served_by_the_metrics_endpoint() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start unicron up");
-    let mut running = Running(child);
+    let mut running = common::Running(child);
     let mut lines = BufReader::new(running.0.stdout.take().unwrap()).lines();
     let mut seen = Vec::new();
     let mut addr = None;

@@ -11,6 +11,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod common;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -33,16 +35,6 @@ fn missing() -> Option<String> {
         return Some("playwright-core (npm ci --prefix tests/browser)".into());
     }
     None
-}
-
-/// Kills `unicron up` however the test ends.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -74,7 +66,7 @@ fn the_status_page_shows_a_live_run_in_a_real_browser() {
         .spawn()
         .unwrap();
     let stdout = up.stdout.take().unwrap();
-    let _running = Running(up);
+    let _running = common::Running(up);
     let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
     let url = lines
         .find_map(|line| line.strip_prefix("status: ").map(str::to_string))
