@@ -2,18 +2,23 @@
 //! detector): reading resumes at the group's committed offsets as usual, and
 //! every rebalance bumps a generation so the service drops state about
 //! partitions it may no longer own (a heartbeat table for nodes another
-//! instance now reads would report them all lost).
+//! instance now reads would report them all lost). It also counts lost
+//! broker connections, after which such a service must not read silence as
+//! failure until producers have flushed what they queued.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 
-/// Counts rebalances.
+/// Counts rebalances and lost broker connections.
 #[derive(Debug, Clone, Default)]
 pub struct RebalanceCounter {
     generation: Arc<AtomicU64>,
+    connection_losses: Arc<AtomicU64>,
 }
 
 impl RebalanceCounter {
@@ -21,9 +26,29 @@ impl RebalanceCounter {
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
+
+    /// How many times librdkafka has reported a broker connection lost or
+    /// all brokers down; a change means reading was (or is) interrupted.
+    pub fn connection_losses(&self) -> u64 {
+        self.connection_losses.load(Ordering::Acquire)
+    }
 }
 
-impl ClientContext for RebalanceCounter {}
+impl ClientContext for RebalanceCounter {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::BrokerTransportFailure
+                    | RDKafkaErrorCode::AllBrokersDown
+                    | RDKafkaErrorCode::Resolve
+            )
+        ) {
+            self.connection_losses.fetch_add(1, Ordering::AcqRel);
+        }
+        tracing::warn!(%error, reason, "librdkafka");
+    }
+}
 
 impl ConsumerContext for RebalanceCounter {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

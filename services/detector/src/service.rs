@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use unicron_bus::consumer::InboundRecord;
 use unicron_bus::dlq::DeadLetterSink;
@@ -96,6 +96,10 @@ pub async fn run(
 
     let mut detector = Detector::new(settings.tuning.clone(), rules);
     let mut generation = context.generation();
+    let mut outage = OutageHold::new(
+        Duration::from_secs_f64(settings.outage_grace_s),
+        context.connection_losses(),
+    );
     // Ready while this loop runs; not ready once it ends, however it ends.
     let _ready = unicron_bus::metrics::ReadyGuard::new(SERVICE);
     tokio::pin!(shutdown);
@@ -109,6 +113,7 @@ pub async fn run(
             generation = context.generation();
             detector.reset();
         }
+        outage.update(&mut detector, context.connection_losses(), Instant::now());
         let decoded = match consumer.oversized(&record) {
             Some(error) => Err(error),
             None => match decoders.get(&record.topic) {
@@ -179,6 +184,46 @@ pub async fn run(
     Ok(())
 }
 
+/// Holds the detector's silence timers from a lost broker connection until
+/// `grace` after the first record read since the latest loss.
+struct OutageHold {
+    grace: Duration,
+    losses: u64,
+    until: Option<Instant>,
+}
+
+impl OutageHold {
+    fn new(grace: Duration, losses: u64) -> OutageHold {
+        OutageHold {
+            grace,
+            losses,
+            until: None,
+        }
+    }
+
+    fn update(&mut self, detector: &mut Detector, losses: u64, now: Instant) {
+        if losses != self.losses && !self.grace.is_zero() {
+            self.losses = losses;
+            self.until = Some(now + self.grace);
+            if !detector.silence_timers_held() {
+                tracing::warn!(
+                    grace_s = self.grace.as_secs_f64(),
+                    "broker connection lost: heartbeat and hang timers held"
+                );
+                detector.hold_silence_timers(true);
+                metrics::gauge!(TIMERS_HELD).set(1.0);
+            }
+        } else if self.until.is_some_and(|until| now >= until) {
+            self.until = None;
+            tracing::info!("heartbeat and hang timers released");
+            detector.hold_silence_timers(false);
+            metrics::gauge!(TIMERS_HELD).set(0.0);
+        }
+    }
+}
+
+const TIMERS_HELD: &str = "unicron_detector_silence_timers_held";
+
 fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
     tracing::info!(
         id = %failure.id,
@@ -220,6 +265,11 @@ fn describe_metrics() {
         "unicron_detector_failures_total",
         "Failure events published, by kind and severity."
     );
+    metrics::describe_gauge!(
+        TIMERS_HELD,
+        "1 while heartbeat and hang timers wait after a lost broker connection."
+    );
+    metrics::gauge!(TIMERS_HELD).set(0.0);
     metrics::describe_histogram!(
         "unicron_detector_apply_seconds",
         "Time to classify and correlate one input record, seconds."
@@ -228,4 +278,38 @@ fn describe_metrics() {
         "unicron_detector_detection_latency_seconds",
         "Wall-clock time from the triggering record's Kafka timestamp to its failure event, seconds."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use unicron_core::detector::LogRules;
+
+    #[test]
+    fn a_connection_loss_holds_the_timers_until_grace_after_the_latest_loss() {
+        let mut detector = Detector::new(Default::default(), LogRules::builtin());
+        let mut hold = OutageHold::new(Duration::from_secs(30), 4);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        hold.update(&mut detector, 4, at(0));
+        assert!(!detector.silence_timers_held(), "no loss yet");
+        hold.update(&mut detector, 5, at(1));
+        assert!(detector.silence_timers_held());
+        hold.update(&mut detector, 5, at(20));
+        assert!(detector.silence_timers_held());
+        // Another loss within the hold extends it from then.
+        hold.update(&mut detector, 7, at(25));
+        hold.update(&mut detector, 7, at(54));
+        assert!(detector.silence_timers_held());
+        hold.update(&mut detector, 7, at(55));
+        assert!(!detector.silence_timers_held(), "released 30 s after the latest loss");
+    }
+
+    #[test]
+    fn a_zero_grace_never_holds() {
+        let mut detector = Detector::new(Default::default(), LogRules::builtin());
+        let mut hold = OutageHold::new(Duration::ZERO, 0);
+        hold.update(&mut detector, 3, Instant::now());
+        assert!(!detector.silence_timers_held());
+    }
 }

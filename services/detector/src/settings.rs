@@ -20,6 +20,11 @@ pub struct DetectorSettings {
     pub inputs: Vec<ExternalInput>,
     /// Deadlines, windows and metric thresholds.
     pub tuning: DetectorConfig,
+    /// After a lost broker connection, heartbeat and hang timers wait this
+    /// many wall-clock seconds from the next record read, so producers can
+    /// flush what they queued during the outage before silence counts as
+    /// failure. The only wall-clock setting of the detector; 0 turns it off.
+    pub outage_grace_s: f64,
 }
 
 impl Default for DetectorSettings {
@@ -29,6 +34,7 @@ impl Default for DetectorSettings {
             rules_file: None,
             inputs: ExternalInput::collector_defaults(),
             tuning: DetectorConfig::default(),
+            outage_grace_s: 30.0,
         }
     }
 }
@@ -52,6 +58,12 @@ impl DetectorSettings {
         self.tuning
             .validate()
             .map_err(|e| DetectorError::Config(format!("detector.tuning.{e}")))?;
+        if !(self.outage_grace_s.is_finite() && (0.0..=3600.0).contains(&self.outage_grace_s)) {
+            return Err(DetectorError::Config(format!(
+                "detector.outage_grace_s: {} is not between 0 and 3600 seconds",
+                self.outage_grace_s
+            )));
+        }
         for (i, input) in self.inputs.iter().enumerate() {
             input
                 .validate()

@@ -234,6 +234,14 @@ mod tests {
             "config: detector.tuning.hang_factor: must be a positive number, got 0"
         );
 
+        let err = load_text("[detector]\noutage_grace_s = -1.0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config: detector.outage_grace_s: -1 is not between 0 and 3600 seconds"
+        );
+
         let err = load_text("[[detector.inputs]]\ntopic = \"otel\"\nformat = \"otlp_json\"\n")
             .unwrap_err()
             .to_string();

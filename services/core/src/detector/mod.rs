@@ -144,6 +144,9 @@ pub struct Detector {
     /// How many clocks are behind; none (in-order feeds, a consumer that
     /// keeps up) spares the timers the scan of a cluster's partitions.
     behind: usize,
+    /// Silence is no evidence right now (the service lost its broker):
+    /// heartbeat and hang timers wait; see [`Detector::hold_silence_timers`].
+    silence_timers_held: bool,
     stats: DetectorStats,
 }
 
@@ -155,8 +158,30 @@ impl Detector {
             clusters: BTreeMap::new(),
             clocks: BTreeMap::new(),
             behind: 0,
+            silence_timers_held: false,
             stats: DetectorStats::default(),
         }
+    }
+
+    /// Holds (or releases) the timers that read silence as failure: heartbeat
+    /// deadlines and job hangs. While the service cannot read from its broker,
+    /// or shortly after, when producers are still flushing what they queued
+    /// during the outage, partitions catch up in no particular order and a
+    /// node can look silent only because its records are not in yet; an
+    /// outage of the pipeline must not isolate nodes. Records are still
+    /// applied while held (a heartbeat moves its node's deadline), and
+    /// evidence-based detection (log rules, metric thresholds, correlation)
+    /// goes on. On release the next input fires whatever the watermark has
+    /// passed, so a node that really died in the outage is still reported.
+    /// The service decides when (it knows about connections); the core only
+    /// obeys, so the same inputs and holds give the same outputs.
+    pub fn hold_silence_timers(&mut self, held: bool) {
+        self.silence_timers_held = held;
+    }
+
+    /// Whether silence timers are held.
+    pub fn silence_timers_held(&self) -> bool {
+        self.silence_timers_held
     }
 
     /// Forgets everything learnt from the stream (after a rebalance, when
@@ -370,11 +395,13 @@ impl Detector {
         });
         let watermark = behind.map_or(newest, |b| b.min(newest)) - ms(config.allowed_lateness_s);
         let mut due = Vec::new();
+        let held = self.silence_timers_held;
         // Heartbeat loss: pop the deadlines the watermark has passed.
-        while view
-            .deadlines
-            .first()
-            .is_some_and(|(at, _)| *at < watermark)
+        while !held
+            && view
+                .deadlines
+                .first()
+                .is_some_and(|(at, _)| *at < watermark)
         {
             let (at, name) = view.deadlines.pop_first().expect("checked");
             let Some(node) = view.nodes.get_mut(&name) else {
@@ -395,7 +422,7 @@ impl Detector {
             });
         }
         // No progress for hang_factor × the mean iteration time.
-        for (job, progress) in &mut view.jobs {
+        for (job, progress) in view.jobs.iter_mut().filter(|_| !held) {
             let Some(at) = progress.hang_deadline_ms(config) else {
                 continue;
             };
