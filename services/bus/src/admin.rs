@@ -12,7 +12,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::KafkaConfig;
 use crate::error::BusError;
-use crate::topology::Topology;
+use crate::topology::{TopicSpec, Topology};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -39,6 +39,16 @@ pub struct TopicReport {
     pub name: String,
     pub partitions: i32,
     pub status: TopicStatus,
+}
+
+/// The `retention.ms` a new topic gets: `[kafka.retention_ms]`'s, else the
+/// topology's.
+fn retention_ms(config: &KafkaConfig, spec: &TopicSpec) -> i64 {
+    config
+        .retention_ms
+        .get(&spec.name)
+        .copied()
+        .unwrap_or(spec.retention_ms)
 }
 
 /// Creates the topics of `topology` that are missing on the cluster at
@@ -72,7 +82,7 @@ pub async fn ensure_topics(
 
     let retention: Vec<String> = missing
         .iter()
-        .map(|(_, s)| s.retention_ms.to_string())
+        .map(|(_, s)| retention_ms(config, s).to_string())
         .collect();
     let new_topics: Vec<NewTopic<'_>> = missing
         .iter()
@@ -128,4 +138,23 @@ async fn existing_topics(config: ClientConfig) -> Result<BTreeMap<String, i32>, 
     })
     .await
     .map_err(|e| BusError::Internal(format!("metadata task failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configured_retention_overrides_the_topology() {
+        let topology = Topology::builtin();
+        let cluster = topology.get("cluster").unwrap();
+        let decisions = topology.get("decisions").unwrap();
+        let mut config = KafkaConfig::default();
+        assert_eq!(retention_ms(&config, cluster), -1);
+        config
+            .retention_ms
+            .insert("cluster".into(), 3_153_600_000_000);
+        assert_eq!(retention_ms(&config, cluster), 3_153_600_000_000);
+        assert_eq!(retention_ms(&config, decisions), decisions.retention_ms);
+    }
 }

@@ -25,6 +25,10 @@ pub struct KafkaConfig {
     pub max_record_bytes: usize,
     /// Bytes of a dead-lettered payload kept in the dead letter.
     pub dlq_payload_bytes: usize,
+    /// `retention.ms` by topic (name without prefix) for topics that
+    /// `unicron topics create` creates, over `topology/topics.toml`'s.
+    /// Also the way round brokers that do not honour `-1` (forever).
+    pub retention_ms: BTreeMap<String, i64>,
     /// librdkafka properties, passed through.
     #[serde(flatten)]
     pub properties: BTreeMap<String, PropertyValue>,
@@ -50,6 +54,7 @@ impl Default for KafkaConfig {
             topic_prefix: "unicron.".to_string(),
             max_record_bytes: 1024 * 1024,
             dlq_payload_bytes: 64 * 1024,
+            retention_ms: BTreeMap::new(),
             properties: BTreeMap::new(),
         }
     }

@@ -125,6 +125,16 @@ impl Config {
         if self.kafka.max_record_bytes == 0 {
             return bad("kafka.max_record_bytes", "must be positive");
         }
+        let topology = unicron_bus::Topology::builtin();
+        for (topic, &ms) in &self.kafka.retention_ms {
+            let field = format!("kafka.retention_ms.{topic}");
+            if topology.get(topic).is_none() {
+                return bad(&field, "no such topic in topology/topics.toml");
+            }
+            if ms < -1 || ms == 0 {
+                return bad(&field, "must be positive or -1 (forever)");
+            }
+        }
         if !(1..=16).contains(&self.embedded.brokers) {
             return bad("embedded.brokers", "must be between 1 and 16");
         }
@@ -220,6 +230,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(err, "config: kafka.max_record_bytes: must be positive");
+
+        let err = load_text("[kafka.retention_ms]\nclusters = 1000\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config: kafka.retention_ms.clusters: no such topic in topology/topics.toml"
+        );
+        let err = load_text("[kafka.retention_ms]\ncluster = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config: kafka.retention_ms.cluster: must be positive or -1 (forever)"
+        );
 
         let err = load_text("[embedded]\nbrokers = \"three\"\n")
             .unwrap_err()

@@ -202,6 +202,11 @@ max.in.flight.requests.per.connection = 1
 # session timeout; a killed executor's successor would idle that long.
 max.poll.interval.ms = 20000
 session.timeout.ms = 10000
+# tansu 0.6.0's retention pass deletes every record of a topic whose
+# retention.ms is -1 (it compares record age with -1), and it runs at a
+# restart: 100 years stands for forever.
+[kafka.retention_ms]
+cluster = 3153600000000
 [metrics]
 enabled = false
 [status]
