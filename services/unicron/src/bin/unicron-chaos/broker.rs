@@ -70,9 +70,14 @@ impl Broker {
         Ok(())
     }
 
-    /// Stops the broker and starts it again on the same storage.
+    /// Kills the broker (SIGKILL: a crash, not a shutdown) and starts it
+    /// again on the same storage. tansu 0.6.0's SIGTERM shutdown stops its
+    /// storage actor while group updates are in flight (a panic at
+    /// tansu-storage service.rs:337) and can persist a consumer group whose
+    /// leader is no longer a member, which then never forms again
+    /// (docs/chaos.md); a crash leaves only committed SQLite state.
     pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.service.stop();
+        self.service.kill9();
         self.service.start()?;
         self.wait_ready()
     }

@@ -58,7 +58,10 @@ impl Service {
         let child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", "warn,unicron=info")
+            .env(
+                "RUST_LOG",
+                std::env::var("UNICRON_CHAOS_LOG").unwrap_or_else(|_| "warn,unicron=info".into()),
+            )
             .stdout(out.try_clone()?)
             .stderr(out)
             .stdin(Stdio::null())
