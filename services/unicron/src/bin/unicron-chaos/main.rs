@@ -33,6 +33,8 @@ use crate::procs::Service;
 const SPEED: f64 = 30.0;
 /// Fewest real seconds between two planner kills.
 const MIN_KILL_GAP_S: f64 = 12.0;
+/// The share of the run in which planners are killed.
+const KILL_WINDOW: f64 = 0.8;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -43,8 +45,8 @@ struct Args {
     /// Real minutes the simulated cluster runs.
     #[arg(long, default_value_t = 6.0)]
     minutes: f64,
-    /// Planner SIGKILLs to aim for, at least 12 s apart in the first 75% of
-    /// the run (20 kills need 6 minutes).
+    /// Planner SIGKILLs, at least 12 s apart in the first 80% of the run
+    /// (20 kills need 5 minutes); fewer only when the run is too short.
     #[arg(long, default_value_t = 20)]
     kills: u32,
     /// Seed of the kill schedule and of the simulation.
@@ -59,6 +61,10 @@ struct Args {
     /// Do not restart the broker mid-run (see docs/chaos.md on tansu 0.6.0).
     #[arg(long)]
     no_broker_restart: bool,
+    /// Give every consumer a static group.instance.id (wedges tansu 0.6.0's
+    /// group coordinator; docs/chaos.md).
+    #[arg(long)]
+    static_members: bool,
     /// Keep configuration, logs and the broker's storage here.
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
@@ -201,7 +207,10 @@ max.in.flight.requests.per.connection = 1
 # rebalance timeout (max.poll.interval.ms, 5 minutes by default), not its
 # session timeout; a killed executor's successor would idle that long.
 max.poll.interval.ms = 20000
-session.timeout.ms = 10000
+# A killed member holds the group until its session times out: keep that
+# short (Kafka's own floor is 6 s) and heartbeat often.
+session.timeout.ms = 6000
+heartbeat.interval.ms = 1000
 # tansu 0.6.0's retention pass deletes every record of a topic whose
 # retention.ms is -1 (it compares record age with -1), and it runs at a
 # restart: 100 years stands for forever.
@@ -250,26 +259,35 @@ listen = "{sim_addr}"
         all.extend_from_slice(sub);
         Service::new(name, &unicron, &all, &logs)
     };
-    // Each consumer is a static group member (as StatefulSet pods would
-    // be, docs/operations.md): a restarted process takes its predecessor's
-    // partitions at once instead of after its session times out.
-    let static_member = "UNICRON_KAFKA__GROUP__INSTANCE__ID";
-    let mut detector = service("detector", &["detector"]).env(static_member, "detector");
+    // With --static-members each consumer has a stable group.instance.id,
+    // as StatefulSet pods do (docs/operations.md). Off by default: tansu
+    // 0.6.0 expires a static member without electing a new leader, and the
+    // group never forms again (docs/chaos.md).
+    let member = |service: Service, id: &str| {
+        if args.static_members {
+            service.env("UNICRON_KAFKA__GROUP__INSTANCE__ID", id)
+        } else {
+            service
+        }
+    };
+    let mut detector = member(service("detector", &["detector"]), "detector");
     let mut planners = [
-        service("planner-a", &["planner"])
-            .env(
+        member(
+            service("planner-a", &["planner"]).env(
                 "UNICRON_PLANNER__STATE_DIR",
                 format!("{}/planner-a", work.display()),
-            )
-            .env(static_member, "planner-a"),
-        service("planner-b", &["planner"])
-            .env(
+            ),
+            "planner-a",
+        ),
+        member(
+            service("planner-b", &["planner"]).env(
                 "UNICRON_PLANNER__STATE_DIR",
                 format!("{}/planner-b", work.display()),
-            )
-            .env(static_member, "planner-b"),
+            ),
+            "planner-b",
+        ),
     ];
-    let mut executor = service("executor", &["executor"]).env(static_member, "executor-sim");
+    let mut executor = member(service("executor", &["executor"]), "executor-sim");
     let duration = format!("{}s", (args.minutes * 60.0).round() as u64);
     let summary_path = work.join("summary.json");
     let summary_arg = summary_path
@@ -300,11 +318,12 @@ listen = "{sim_addr}"
     // The schedule, in seconds from now.
     let total = args.minutes * 60.0;
     let mut rng = Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    // Kills in the first 75%; the rest of the run is for recovery. At
+    // Kills in the first 80%; the rest of the run is for recovery. At
     // least 12 s apart: the group must settle between kills (a rebalance on
     // tansu takes up to 10 s), or no planner ever owns a partition long
     // enough to decide, and the run proves nothing.
-    let gap = (total * 0.75 / f64::from(args.kills.max(1))).max(MIN_KILL_GAP_S);
+    let kill_window = total * KILL_WINDOW;
+    let gap = (kill_window / f64::from(args.kills.max(1))).max(MIN_KILL_GAP_S);
     // Intervals never exceed `gap`, so the run reaches `--kills` whenever
     // the gap allows it.
     let mut next_kill = rng.between(gap * 0.5, gap);
@@ -324,20 +343,20 @@ listen = "{sim_addr}"
             now < total + 180.0,
             "the simulator did not end within 3 minutes of its duration"
         );
-        if now >= next_kill && now < total * 0.75 {
-            let in_rebalance = (rebalance_from..rebalance_until).contains(&now);
-            let which = if in_rebalance {
-                0
-            } else {
-                (rng.next() % 2) as usize
-            };
-            if planners[which].running() {
+        if now >= next_kill && now < kill_window {
+            // Either planner at random; the one that runs when the other is
+            // held down or restarting. None running: try again shortly.
+            let first = (rng.next() % 2) as usize;
+            if let Some(which) = [first, 1 - first]
+                .into_iter()
+                .find(|&i| planners[i].running())
+            {
                 planners[which].kill9();
                 kills += 1;
                 std::thread::sleep(Duration::from_secs_f64(rng.between(0.2, 2.0)));
                 planners[which].start()?;
+                next_kill = now + rng.between(MIN_KILL_GAP_S.max(gap * 0.85), gap);
             }
-            next_kill = now + rng.between(MIN_KILL_GAP_S.max(gap * 0.85), gap);
         }
         if armed < traps.len() && now >= traps[armed] {
             trap.arm();
