@@ -52,7 +52,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             if e.downcast_ref::<cli::UsageError>().is_some() {
                 ExitCode::from(2)
             } else {
@@ -70,4 +70,39 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// The error and its causes on one line, without the causes a message
+/// already quotes (library errors often embed their source's text, and
+/// `{:#}` would print it again).
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod one_line_tests {
+    #[test]
+    fn causes_already_quoted_are_not_repeated() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("kafka: {0}")]
+        struct Outer(#[source] std::io::Error);
+        let io = std::io::Error::other("broker transport failure");
+        let e = anyhow::Error::new(Outer(io)).context("creating topics on 127.0.0.1:9092");
+        assert_eq!(
+            super::one_line(&e),
+            "creating topics on 127.0.0.1:9092: kafka: broker transport failure"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::one_line(&plain), "outer: inner");
+    }
 }
