@@ -41,12 +41,17 @@ fn tansu_or_skip() -> Option<PathBuf> {
 struct Tansu(Child);
 
 impl Tansu {
-    fn start(tansu: &Path, dir: &Path, addr: SocketAddr, extra: &[&str]) -> Tansu {
-        let url = format!("tcp://{addr}");
+    fn start(
+        tansu: &Path,
+        dir: &Path,
+        addr: SocketAddr,
+        advertised: SocketAddr,
+        extra: &[&str],
+    ) -> Tansu {
         let log = std::fs::File::create(dir.join("tansu.log")).unwrap();
         let child = Command::new(tansu)
-            .args(["broker", "--listener-url", &url])
-            .args(["--advertised-listener-url", &url])
+            .args(["broker", "--listener-url", &format!("tcp://{addr}")])
+            .args(["--advertised-listener-url", &format!("tcp://{advertised}")])
             .args(["--storage-engine", "sqlite://tansu.db"])
             .args(extra)
             .current_dir(dir)
@@ -81,13 +86,14 @@ fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
-fn sasl_config(path: &Path, addr: SocketAddr, password: &str) {
+fn sasl_ssl_config(path: &Path, addr: SocketAddr, password: &str, ca: &Path) {
     std::fs::write(
         path,
         format!(
             r#"[kafka]
 brokers = "{addr}"
-security.protocol = "SASL_PLAINTEXT"
+security.protocol = "SASL_SSL"
+ssl.ca.location = "{ca}"
 sasl.mechanism = "SCRAM-SHA-512"
 sasl.username = "unicron"
 sasl.password = "{password}"
@@ -95,29 +101,98 @@ sasl.password = "{password}"
 enabled = false
 [status]
 enabled = false
-"#
+"#,
+            ca = ca.display()
         ),
     )
     .unwrap();
 }
 
-/// SASL/SCRAM settings are librdkafka properties passed through `[kafka]`:
-/// against a tansu that requires authentication, the whole loop runs with
-/// the right password, and a wrong one stops `topics create` with one line.
+/// A TLS terminator (socat) in front of a plaintext port, so clients speak
+/// TLS to the broker: tansu 0.6.0 cannot start its own TLS listener (its
+/// command line refuses `--cert` with `--key`). Killed on drop.
+struct TlsFront(Child);
+
+impl TlsFront {
+    fn start(listen: SocketAddr, to: SocketAddr, cert: &Path, key: &Path) -> TlsFront {
+        let log = std::fs::File::create(cert.with_file_name("socat.log")).unwrap();
+        let child = Command::new("socat")
+            .arg(format!(
+                "OPENSSL-LISTEN:{},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
+                listen.port(),
+                cert.display(),
+                key.display()
+            ))
+            .arg(format!("TCP:{to}"))
+            .stdin(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("socat (.ci/run installs it)");
+        let started = Instant::now();
+        while TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "socat did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        TlsFront(child)
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A self-signed certificate for 127.0.0.1: (cert, key).
+fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (cert, key)
+}
+
+/// TLS and SASL/SCRAM settings are librdkafka properties passed through
+/// `[kafka]`: against a broker that requires SCRAM behind TLS, the whole
+/// loop runs with the right CA and password; a wrong password or an
+/// unknown CA stops `topics create` with one line.
 #[test]
-fn sasl_scram_settings_pass_through_to_the_broker() {
+fn tls_and_sasl_settings_pass_through_to_the_broker() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(tansu) = tansu_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let addr = free_addr();
+    let (plain, tls) = (free_addr(), free_addr());
+    let (cert, key) = certificate(dir.path());
     // tansu creates users through its own Kafka API, so the user is made
     // before authentication is switched on, on the same storage.
     {
-        let _open = Tansu::start(&tansu, dir.path(), addr, &[]);
+        let _open = Tansu::start(&tansu, dir.path(), plain, plain, &[]);
         let created = Command::new(&tansu)
-            .args(["user", "create", "--broker", &format!("tcp://{addr}")])
+            .args(["user", "create", "--broker", &format!("tcp://{plain}")])
             .args(["--mechanism", "scram512", "unicron", "s3cret-pass"])
             .output()
             .unwrap();
@@ -127,9 +202,12 @@ fn sasl_scram_settings_pass_through_to_the_broker() {
             String::from_utf8_lossy(&created.stderr)
         );
     }
-    let _broker = Tansu::start(&tansu, dir.path(), addr, &["--authentication"]);
+    // Clients are sent to the TLS port by the broker's metadata.
+    let _broker = Tansu::start(&tansu, dir.path(), plain, tls, &["--authentication"]);
+    let _front = TlsFront::start(tls, plain, &cert, &key);
+    let addr = tls;
     let good = dir.path().join("good.toml");
-    sasl_config(&good, addr, "s3cret-pass");
+    sasl_ssl_config(&good, addr, "s3cret-pass", &cert);
     let unicron = env!("CARGO_BIN_EXE_unicron");
 
     let created = Command::new(unicron)
@@ -174,29 +252,32 @@ fn sasl_scram_settings_pass_through_to_the_broker() {
     assert_eq!(s["failures_detected"], 1, "{s:#}");
     assert_eq!(s["faults"][0]["resolved_by"], "reattempt", "{s:#}");
 
-    let bad = dir.path().join("bad.toml");
-    sasl_config(&bad, addr, "wrong-pass");
-    let refused = Command::new(unicron)
-        .arg("--config")
-        .arg(&bad)
-        .args(["topics", "create"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "a wrong password was accepted");
     // tansu closes the connection on a failed SCRAM exchange (Apache Kafka
-    // answers with an authentication error instead), so the one line names
-    // the broker and the transport failure.
-    let last = stderr.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with(&format!("error: creating topics on {addr}: kafka:")),
-        "{stderr}"
-    );
-    assert_eq!(
-        last.matches("BrokerTransportFailure").count(),
-        1,
-        "causes repeated: {last}"
-    );
+    // answers with an authentication error instead), and a certificate
+    // that does not verify ends the TLS handshake: either way one line
+    // names the broker.
+    let other_ca = tempfile::tempdir().unwrap();
+    let (stranger, _) = certificate(other_ca.path());
+    for (name, password, ca) in [
+        ("wrong password", "wrong-pass", cert.as_path()),
+        ("unknown CA", "s3cret-pass", stranger.as_path()),
+    ] {
+        let bad = dir.path().join("bad.toml");
+        sasl_ssl_config(&bad, addr, password, ca);
+        let refused = Command::new(unicron)
+            .arg("--config")
+            .arg(&bad)
+            .args(["topics", "create"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{name} was accepted");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with(&format!("error: creating topics on {addr}: kafka:")),
+            "{name}: {stderr}"
+        );
+    }
 }
 
 /// The issue's scenario at its required size: 20 planner SIGKILLs, the
