@@ -302,7 +302,10 @@ mod tests {
         hold.update(&mut detector, 7, at(54));
         assert!(detector.silence_timers_held());
         hold.update(&mut detector, 7, at(55));
-        assert!(!detector.silence_timers_held(), "released 30 s after the latest loss");
+        assert!(
+            !detector.silence_timers_held(),
+            "released 30 s after the latest loss"
+        );
     }
 
     #[test]

@@ -6,11 +6,15 @@
 //! fails the test, elsewhere it is skipped with a message. Run the group
 //! alone with `cargo test -p unicron --test standalone`.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod common;
+
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use common::{Running, spawn_listening};
 
 /// One test at a time: the chaos run's timing must not share two cores
 /// with another loop.
@@ -37,46 +41,39 @@ fn tansu_or_skip() -> Option<PathBuf> {
     found
 }
 
-/// A tansu process on loopback with SQLite storage in `dir`; killed on drop.
-struct Tansu(Child);
-
-impl Tansu {
-    fn start(
-        tansu: &Path,
-        dir: &Path,
-        addr: SocketAddr,
-        advertised: SocketAddr,
-        extra: &[&str],
-    ) -> Tansu {
-        let log = std::fs::File::create(dir.join("tansu.log")).unwrap();
-        let child = Command::new(tansu)
-            .args(["broker", "--listener-url", &format!("tcp://{addr}")])
-            .args(["--advertised-listener-url", &format!("tcp://{advertised}")])
-            .args(["--storage-engine", "sqlite://tansu.db"])
-            .args(extra)
-            .current_dir(dir)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "tansu did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Tansu(child)
-    }
+/// A tansu process on loopback with SQLite storage in `dir`, advertising
+/// `advertised` to clients.
+fn start_tansu(
+    tansu: &Path,
+    dir: &Path,
+    addr: SocketAddr,
+    advertised: SocketAddr,
+    extra: &[&str],
+) -> Running {
+    let log = std::fs::File::create(dir.join("tansu.log")).unwrap();
+    let mut command = Command::new(tansu);
+    command
+        .args(["broker", "--listener-url", &format!("tcp://{addr}")])
+        .args(["--advertised-listener-url", &format!("tcp://{advertised}")])
+        .args(["--storage-engine", "sqlite://tansu.db"])
+        .args(extra)
+        .current_dir(dir)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    spawn_listening(&mut command, addr, Duration::from_secs(30))
 }
 
-impl Drop for Tansu {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Runs `command` to its end and asserts it succeeded; its output.
+fn run_ok(command: &mut Command) -> std::process::Output {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}:\n{}\n{}",
+        command.get_program(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 fn free_addr() -> SocketAddr {
@@ -110,66 +107,36 @@ enabled = false
 
 /// A TLS terminator (socat) in front of a plaintext port, so clients speak
 /// TLS to the broker: tansu 0.6.0 cannot start its own TLS listener (its
-/// command line refuses `--cert` with `--key`). Killed on drop.
-struct TlsFront(Child);
-
-impl TlsFront {
-    fn start(listen: SocketAddr, to: SocketAddr, cert: &Path, key: &Path) -> TlsFront {
-        let log = std::fs::File::create(cert.with_file_name("socat.log")).unwrap();
-        let child = Command::new("socat")
-            .arg(format!(
-                "OPENSSL-LISTEN:{},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
-                listen.port(),
-                cert.display(),
-                key.display()
-            ))
-            .arg(format!("TCP:{to}"))
-            .stdin(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("socat (.ci/run installs it)");
-        let started = Instant::now();
-        while TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "socat did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        TlsFront(child)
-    }
-}
-
-impl Drop for TlsFront {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// command line refuses `--cert` with `--key`).
+fn start_tls_front(listen: SocketAddr, to: SocketAddr, cert: &Path, key: &Path) -> Running {
+    let log = std::fs::File::create(cert.with_file_name("socat.log")).unwrap();
+    let mut command = Command::new("socat");
+    command
+        .arg(format!(
+            "OPENSSL-LISTEN:{},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
+            listen.port(),
+            cert.display(),
+            key.display()
+        ))
+        .arg(format!("TCP:{to}"))
+        .stderr(log);
+    spawn_listening(&mut command, listen, Duration::from_secs(10))
 }
 
 /// A self-signed certificate for 127.0.0.1: (cert, key).
 fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
+    run_ok(
+        Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            ])
+            .args(["-subj", "/CN=127.0.0.1"])
+            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
     );
     (cert, key)
 }
@@ -190,40 +157,28 @@ fn tls_and_sasl_settings_pass_through_to_the_broker() {
     // tansu creates users through its own Kafka API, so the user is made
     // before authentication is switched on, on the same storage.
     {
-        let _open = Tansu::start(&tansu, dir.path(), plain, plain, &[]);
-        let created = Command::new(&tansu)
-            .args(["user", "create", "--broker", &format!("tcp://{plain}")])
-            .args(["--mechanism", "scram512", "unicron", "s3cret-pass"])
-            .output()
-            .unwrap();
-        assert!(
-            created.status.success(),
-            "{}",
-            String::from_utf8_lossy(&created.stderr)
+        let _open = start_tansu(&tansu, dir.path(), plain, plain, &[]);
+        run_ok(
+            Command::new(&tansu)
+                .args(["user", "create", "--broker", &format!("tcp://{plain}")])
+                .args(["--mechanism", "scram512", "unicron", "s3cret-pass"]),
         );
     }
     // Clients are sent to the TLS port by the broker's metadata.
-    let _broker = Tansu::start(&tansu, dir.path(), plain, tls, &["--authentication"]);
-    let _front = TlsFront::start(tls, plain, &cert, &key);
+    let _broker = start_tansu(&tansu, dir.path(), plain, tls, &["--authentication"]);
+    let _front = start_tls_front(tls, plain, &cert, &key);
     let addr = tls;
     let good = dir.path().join("good.toml");
     sasl_ssl_config(&good, addr, "s3cret-pass", &cert);
     let unicron = env!("CARGO_BIN_EXE_unicron");
 
-    let created = Command::new(unicron)
-        .arg("--config")
-        .arg(&good)
-        .args(["topics", "create"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&created.stdout);
-    let broker_log = || std::fs::read_to_string(dir.path().join("tansu.log")).unwrap_or_default();
-    assert!(
-        created.status.success(),
-        "{stdout}\n{}\ntansu:\n{}",
-        String::from_utf8_lossy(&created.stderr),
-        broker_log()
+    let created = run_ok(
+        Command::new(unicron)
+            .arg("--config")
+            .arg(&good)
+            .args(["topics", "create"]),
     );
+    let stdout = String::from_utf8_lossy(&created.stdout);
     assert!(stdout.contains("unicron.failures"), "{stdout}");
 
     // The whole loop through the authenticated broker: one failure is
@@ -231,21 +186,15 @@ fn tls_and_sasl_settings_pass_through_to_the_broker() {
     let trace = dir.path().join("trace.csv");
     std::fs::write(&trace, "time_s,node,kind\n200,node-001,nccl_timeout\n").unwrap();
     let summary = dir.path().join("summary.json");
-    let up = Command::new(unicron)
-        .arg("--config")
-        .arg(&good)
-        .args(["up", "--no-archive", "--no-status", "--duration", "40s"])
-        .args(["--speed", "20", "--trace"])
-        .arg(&trace)
-        .arg("--summary-json")
-        .arg(&summary)
-        .output()
-        .unwrap();
-    assert!(
-        up.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&up.stdout),
-        String::from_utf8_lossy(&up.stderr)
+    run_ok(
+        Command::new(unicron)
+            .arg("--config")
+            .arg(&good)
+            .args(["up", "--no-archive", "--no-status", "--duration", "40s"])
+            .args(["--speed", "20", "--trace"])
+            .arg(&trace)
+            .arg("--summary-json")
+            .arg(&summary),
     );
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();

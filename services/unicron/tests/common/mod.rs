@@ -26,3 +26,28 @@ impl Drop for Running {
         let _ = self.0.wait();
     }
 }
+
+/// Spawns `command` and waits up to `within` for it to accept TCP
+/// connections on `addr`; stopped when the guard drops.
+pub fn spawn_listening(
+    command: &mut std::process::Command,
+    addr: std::net::SocketAddr,
+    within: std::time::Duration,
+) -> Running {
+    let what = command.get_program().to_string_lossy().into_owned();
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e} (.ci/run installs it)"));
+    let running = Running(child);
+    let started = std::time::Instant::now();
+    let poll = std::time::Duration::from_millis(200);
+    while std::net::TcpStream::connect_timeout(&addr, poll).is_err() {
+        assert!(
+            started.elapsed() < within,
+            "{what} did not listen on {addr}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    running
+}
