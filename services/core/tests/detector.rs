@@ -593,3 +593,50 @@ fn without_the_hold_the_same_order_reads_as_heartbeat_loss() {
     let lost: Vec<_> = h.failures.iter().map(|f| f.node.clone()).collect();
     assert_eq!(lost, vec![Some("n1".to_string())]);
 }
+
+#[test]
+fn a_late_record_of_an_older_iteration_does_not_rearm_the_hang() {
+    // A CUDA error at 10.5 s explains job j's stall. Rank 3's record of
+    // iteration 10 (completed at 10 s) is read only after it, as happens
+    // across partitions; in event-time order it came first. Either way the
+    // stall is reported once, as the CUDA error.
+    let mut h = Harness::with(DetectorConfig {
+        hang_min_stall_s: 0.0,
+        ..DetectorConfig::default()
+    });
+    for it in 0..=10 {
+        for rank in 0..3 {
+            h.iteration(&node(rank as usize), "j", rank, it, T0 + it * 1000, 1000.0);
+        }
+    }
+    h.log(
+        "n0",
+        Some("j"),
+        Some(0),
+        T0 + 10_500,
+        "RuntimeError: CUDA error: unspecified launch failure",
+    );
+    h.iteration(&node(3), "j", 3, 10, T0 + 10_000, 1000.0);
+    for s in 11..40 {
+        h.heartbeat("n0", Some("j"), T0 + s * 1000);
+    }
+    let kinds: Vec<_> = h.failures.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, vec![FailureKind::CudaError], "{:#?}", h.failures);
+
+    // Progress after the failure re-arms the timer: a second stall is a hang.
+    for it in 41..=50 {
+        for rank in 0..4 {
+            h.iteration(&node(rank as usize), "j", rank, it, T0 + it * 1000, 1000.0);
+        }
+    }
+    for s in 51..70 {
+        h.heartbeat("n0", Some("j"), T0 + s * 1000);
+    }
+    let kinds: Vec<_> = h.failures.iter().map(|f| f.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![FailureKind::CudaError, FailureKind::TaskHang],
+        "{:#?}",
+        h.failures
+    );
+}

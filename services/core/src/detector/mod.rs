@@ -427,7 +427,7 @@ impl Detector {
                 continue;
             };
             if at < watermark {
-                progress.hang_reported = true;
+                progress.stall_reported_ms = Some(at);
                 due.push(Candidate {
                     kind: FailureKind::TaskHang,
                     severity: Severity::Sev2,
@@ -469,7 +469,7 @@ impl Detector {
         // The failure explains the job's stall: no hang on top of it until
         // the job makes progress again.
         if let Some(progress) = c.job.as_ref().and_then(|job| view.jobs.get_mut(job)) {
-            progress.hang_reported = true;
+            progress.stall_reported_ms = progress.stall_reported_ms.max(Some(c.time_ms));
         }
         let severity = view.correlator.emitted(&c, &self.config);
         emitted.push((c, severity));

@@ -62,8 +62,11 @@ pub struct JobProgress {
     pub stats: RunningStats,
     /// Event time of the newest completed iteration.
     pub last_progress_ms: Option<i64>,
-    /// A hang was reported and progress has not resumed since.
-    pub hang_reported: bool,
+    /// Event time from which the job's stall is reported (a hang, or a
+    /// failure that explains it); only an iteration completed after it
+    /// re-arms the hang timer. A late record of an older iteration does
+    /// not: read out of order, it would report the stall a second time.
+    pub stall_reported_ms: Option<i64>,
     pub ranks: BTreeMap<i32, RankProgress>,
 }
 
@@ -108,7 +111,9 @@ impl JobProgress {
         );
         let mut signals = Vec::new();
         self.last_progress_ms = Some(self.last_progress_ms.map_or(event_ms, |t| t.max(event_ms)));
-        self.hang_reported = false;
+        if self.stall_reported_ms.is_some_and(|at| event_ms > at) {
+            self.stall_reported_ms = None;
+        }
         let Some(time_ms) = time_ms else {
             return signals;
         };
@@ -157,7 +162,7 @@ impl JobProgress {
 
     /// Event time at which no progress means a hang, once the mean is trusted.
     pub fn hang_deadline_ms(&self, config: &DetectorConfig) -> Option<i64> {
-        if self.hang_reported || self.stats.count < config.hang_min_iterations {
+        if self.stall_reported_ms.is_some() || self.stats.count < config.hang_min_iterations {
             return None;
         }
         let last = self.last_progress_ms?;

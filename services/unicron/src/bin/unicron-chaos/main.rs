@@ -231,6 +231,13 @@ chaos = "{public}"
 [executor.backend]
 kind = "simulator"
 url = "http://{relay}/actions"
+# Event time runs 30x faster than real time here, so the detector's
+# 2 s of allowed lateness would be 67 ms of real scheduling jitter across
+# partitions on a loaded 2-core machine: a job's stall could then time out
+# as a hang before the log line that explains it is read, where replay
+# (event-time order) finds only the root cause. 2 s of real jitter:
+[detector.tuning]
+allowed_lateness_s = {lateness}
 [sim]
 seed = {seed}
 speed = {SPEED}
@@ -238,6 +245,7 @@ trace = "{trace}"
 listen = "{sim_addr}"
 "#,
             key = key.display(),
+            lateness = 2.0 * SPEED,
             work = work.display(),
             seed = args.seed,
             trace = trace.display(),
@@ -425,7 +433,20 @@ listen = "{sim_addr}"
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
     {
-        Some(r) => r["diverged"].as_u64().unwrap_or(u64::MAX),
+        Some(r) => {
+            // What replay found first, for whoever reads a failed run.
+            for part in ["decisions", "failures"] {
+                let first = &r[part]["first_divergence"];
+                if !first.is_null() {
+                    println!("chaos: replay: first {part} divergence: {first}");
+                }
+                let missing = r[part]["missing_inputs"].as_u64().unwrap_or(0);
+                if missing > 0 {
+                    println!("chaos: replay: {missing} {part} whose inputs are not in the log");
+                }
+            }
+            r["diverged"].as_u64().unwrap_or(u64::MAX)
+        }
         None => {
             eprintln!("replay failed: {}", String::from_utf8_lossy(&replay.stderr));
             u64::MAX
