@@ -640,3 +640,41 @@ fn a_late_record_of_an_older_iteration_does_not_rearm_the_hang() {
         h.failures
     );
 }
+
+/// n1 dies at 200 s; job j (20 s iterations) stalls with it. One at a
+/// time, the heartbeat deadline (229 s) fires before the hang deadline
+/// (240 s), and the loss explains the stall. With the timers held over
+/// both deadlines and released at once, the result must be the same.
+fn node_loss_stalling_a_job(hold: bool) -> Vec<(FailureKind, Option<String>)> {
+    let mut h = Harness::with(DetectorConfig {
+        hang_min_stall_s: 0.0,
+        ..DetectorConfig::default()
+    });
+    for s in 0..400 {
+        let t = T0 + s * 1000;
+        if s % 20 == 0 && s < 200 {
+            for rank in 0..4 {
+                h.iteration(&node(rank as usize), "j", rank, s / 20, t, 20_000.0);
+            }
+        }
+        if s == 200 {
+            h.detector.hold_silence_timers(hold);
+        }
+        for i in (0..4).filter(|&i| i != 1 || s < 200) {
+            h.heartbeat(&node(i), Some("j"), t);
+        }
+    }
+    h.detector.hold_silence_timers(false);
+    h.heartbeat("n0", Some("j"), T0 + 400_000);
+    h.failures.iter().map(|f| (f.kind, f.node.clone())).collect()
+}
+
+#[test]
+fn timers_released_together_act_in_deadline_order() {
+    let one_at_a_time = node_loss_stalling_a_job(false);
+    assert_eq!(
+        one_at_a_time,
+        vec![(FailureKind::LostConnection, Some("n1".to_string()))]
+    );
+    assert_eq!(node_loss_stalling_a_job(true), one_at_a_time);
+}

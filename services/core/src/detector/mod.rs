@@ -408,27 +408,44 @@ impl Detector {
                 continue;
             };
             node.lost_at_ms = Some(at);
-            due.push(Candidate {
-                kind: FailureKind::LostConnection,
-                severity: Severity::Sev1,
-                method: DetectionMethod::Heartbeat,
-                rule: Some("heartbeat.deadline".into()),
-                node: Some(name),
-                gpu: None,
-                job: node.job.clone(),
-                rank: None,
-                time_ms: node.last_heartbeat_ms.unwrap_or(at),
-                evidence: node.heartbeat_evidence.iter().cloned().collect(),
-            });
+            due.push((
+                at,
+                Candidate {
+                    kind: FailureKind::LostConnection,
+                    severity: Severity::Sev1,
+                    method: DetectionMethod::Heartbeat,
+                    rule: Some("heartbeat.deadline".into()),
+                    node: Some(name),
+                    gpu: None,
+                    job: node.job.clone(),
+                    rank: None,
+                    time_ms: node.last_heartbeat_ms.unwrap_or(at),
+                    evidence: node.heartbeat_evidence.iter().cloned().collect(),
+                },
+            ));
         }
         // No progress for hang_factor × the mean iteration time.
         for (job, progress) in view.jobs.iter_mut().filter(|_| !held) {
             let Some(at) = progress.hang_deadline_ms(config) else {
                 continue;
             };
-            if at < watermark {
-                progress.stall_reported_ms = Some(at);
-                due.push(Candidate {
+            if at >= watermark {
+                continue;
+            }
+            // Timers that fire together (after a hold, or a sparse feed)
+            // act in deadline order, as they would one at a time: a node of
+            // the job lost before its hang deadline explains the stall.
+            if let Some((_, lost)) = due
+                .iter()
+                .find(|(lost_at, c)| *lost_at < at && c.job.as_deref() == Some(job.as_str()))
+            {
+                progress.stall_reported_ms = Some(lost.time_ms);
+                continue;
+            }
+            progress.stall_reported_ms = Some(at);
+            due.push((
+                at,
+                Candidate {
                     kind: FailureKind::TaskHang,
                     severity: Severity::Sev2,
                     method: DetectionMethod::Statistical,
@@ -439,11 +456,12 @@ impl Detector {
                     rank: None,
                     time_ms: progress.last_progress_ms.unwrap_or(at),
                     evidence: Vec::new(),
-                });
-            }
+                },
+            ));
         }
+        due.sort_by_key(|(at, _)| *at);
         let groups = view.correlator.expired(watermark);
-        for c in due {
+        for (_, c) in due {
             self.offer(cluster, c, emitted);
         }
         for group in groups {
