@@ -666,7 +666,10 @@ fn node_loss_stalling_a_job(hold: bool) -> Vec<(FailureKind, Option<String>)> {
     }
     h.detector.hold_silence_timers(false);
     h.heartbeat("n0", Some("j"), T0 + 400_000);
-    h.failures.iter().map(|f| (f.kind, f.node.clone())).collect()
+    h.failures
+        .iter()
+        .map(|f| (f.kind, f.node.clone()))
+        .collect()
 }
 
 #[test]
