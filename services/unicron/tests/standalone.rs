@@ -278,11 +278,8 @@ fn standalone_chaos_loses_nothing_and_does_nothing_twice() {
         "the broker was not restarted:\n{stdout}"
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let planner_kills: u64 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("chaos: ")?.split_once(" planner kills"))
-        .and_then(|(n, _)| n.parse().ok())
-        .unwrap_or_else(|| panic!("no planner kill count:\n{stdout}"));
+    let planner_kills =
+        planner_kills(&stdout).unwrap_or_else(|| panic!("no planner kill count:\n{stdout}"));
     assert!(
         planner_kills >= 20,
         "{planner_kills} planner kills:\n{stdout}"
@@ -292,4 +289,25 @@ fn standalone_chaos_loses_nothing_and_does_nothing_twice() {
     assert_eq!(field("duplicate_actions"), 0, "{stdout}");
     assert_eq!(field("lost"), 0, "{stdout}");
     assert_eq!(field("divergence"), 0, "{stdout}");
+}
+
+/// N of the driver's `chaos: N planner kills, M executor kills after
+/// acting, ...` line.
+fn planner_kills(stdout: &str) -> Option<u64> {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(" executor kills after acting"))?;
+    let (n, _) = line
+        .strip_prefix("chaos: ")?
+        .split_once(" planner kills,")?;
+    n.parse().ok()
+}
+
+#[test]
+fn the_planner_kill_count_is_read_from_its_own_line() {
+    let stdout = "chaos: 10 failures planned over 180 simulated minutes; 20 planner kills at least\n\
+                  chaos: restarting the broker\n\
+                  chaos: 21 planner kills, 2 executor kills after acting, broker restarted 1\n";
+    assert_eq!(planner_kills(stdout), Some(21));
+    assert_eq!(planner_kills("chaos: 20 planner kills at least\n"), None);
 }
