@@ -30,4 +30,4 @@ pub use consumer::{Consumer, InboundRecord};
 pub use embedded::EmbeddedBroker;
 pub use error::BusError;
 pub use producer::Producer;
-pub use topology::{TopicSpec, Topology};
+pub use topology::{TopicSpec, Topology, check_retention_ms};

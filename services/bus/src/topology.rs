@@ -29,6 +29,15 @@ pub struct TopicSpec {
     pub co_partition_group: Option<String>,
 }
 
+/// Kafka's `retention.ms`: positive, or -1 for forever. The one rule for
+/// the topology and for `[kafka.retention_ms]` overrides.
+pub fn check_retention_ms(ms: i64) -> Result<(), &'static str> {
+    if ms < -1 || ms == 0 {
+        return Err("must be positive or -1 (forever)");
+    }
+    Ok(())
+}
+
 /// All topics, in file order.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,12 +94,7 @@ impl Topology {
                     ),
                 ));
             }
-            if t.retention_ms < -1 || t.retention_ms == 0 {
-                return Err(bad(
-                    "retention_ms",
-                    "must be positive or -1 (forever)".into(),
-                ));
-            }
+            check_retention_ms(t.retention_ms).map_err(|why| bad("retention_ms", why.into()))?;
             if let Some(group) = &t.co_partition_group {
                 let (first, partitions) = *groups.entry(group).or_insert((&t.name, t.partitions));
                 if partitions != t.partitions {

@@ -131,8 +131,8 @@ impl Config {
             if topology.get(topic).is_none() {
                 return bad(&field, "no such topic in topology/topics.toml");
             }
-            if ms < -1 || ms == 0 {
-                return bad(&field, "must be positive or -1 (forever)");
+            if let Err(why) = unicron_bus::check_retention_ms(ms) {
+                return bad(&field, why);
             }
         }
         if !(1..=16).contains(&self.embedded.brokers) {

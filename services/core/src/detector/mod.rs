@@ -485,7 +485,7 @@ impl Detector {
             view.mark_lost(node, c.time_ms, ms(self.config.heartbeat_deadline_s));
         }
         // The failure explains the job's stall: no hang on top of it until
-        // the job makes progress again.
+        // the job completes an iteration after it.
         if let Some(progress) = c.job.as_ref().and_then(|job| view.jobs.get_mut(job)) {
             progress.stall_reported_ms = progress.stall_reported_ms.max(Some(c.time_ms));
         }
