@@ -21,7 +21,7 @@ fn main() {
             nodes,
             jobs,
             seed: 1,
-            mtbf_s: 3_600.0 * 16.0 / f64::from(nodes),
+            mtbf_s: Some(3_600.0 * 16.0 / f64::from(nodes)),
             ..SimConfig::default()
         };
         let mut run = Offline::new(

@@ -48,7 +48,7 @@ fn main() {
     let hours = 12.0;
     let config = SimConfig {
         seed: 3,
-        mtbf_s: 1_800.0,
+        mtbf_s: Some(1_800.0),
         ..SimConfig::default()
     };
     let mut run = Offline::new(

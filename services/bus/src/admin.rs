@@ -14,7 +14,11 @@ use crate::config::KafkaConfig;
 use crate::error::BusError;
 use crate::topology::{TopicSpec, Topology};
 
-const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the first contact with the cluster may take: a broker that has
+/// not answered by then is reported, not waited for.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the cluster may take to create the missing topics.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What `ensure` found or did for one topic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +99,7 @@ pub async fn ensure_topics(
         })
         .collect();
     let admin: AdminClient<DefaultClientContext> = client_config.create()?;
-    let options = AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT));
+    let options = AdminOptions::new().operation_timeout(Some(CREATE_TIMEOUT));
     let results = admin.create_topics(new_topics.iter(), &options).await?;
     for ((name, spec), result) in missing.iter().zip(results) {
         let status = match result {

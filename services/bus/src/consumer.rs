@@ -150,12 +150,13 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
             match self.inner.recv().await {
                 Ok(message) => break message,
                 // A subscribed topic that does not exist (yet): librdkafka
-                // reports it and goes on; so do we.
+                // reports it and goes on; so do we. Not a warning: an
+                // external input nobody produces to is a normal state.
                 Err(KafkaError::MessageConsumption(
                     code @ (RDKafkaErrorCode::UnknownTopicOrPartition
                     | RDKafkaErrorCode::UnknownTopic),
                 )) => {
-                    tracing::warn!(error = %code, "subscribed topic not available");
+                    tracing::info!(error = %code, "subscribed topic not available yet");
                 }
                 // librdkafka reports lost connections (a broker restart)
                 // and reconnects by itself: not a reason to stop.

@@ -46,7 +46,15 @@ impl ClientContext for RebalanceCounter {
         ) {
             self.connection_losses.fetch_add(1, Ordering::AcqRel);
         }
-        tracing::warn!(%error, reason, "librdkafka");
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
+        ) {
+            // A pattern-subscribed input nobody produces to yet: normal.
+            tracing::info!(%error, reason, "librdkafka");
+        } else {
+            tracing::warn!(%error, reason, "librdkafka");
+        }
     }
 }
 

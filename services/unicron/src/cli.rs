@@ -154,8 +154,15 @@ pub struct UpArgs {
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
     /// Inject failures from this CSV (time_s,node,kind) instead of the taxonomy mix.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "paper_rate")]
     pub trace: Option<PathBuf>,
+    /// Inject random failures at the paper setting's rate (one per 256
+    /// GPU-hours, assumed) instead of the demonstration's 30x that rate.
+    #[arg(long)]
+    pub paper_rate: bool,
+    /// Service logs on the terminal instead of the run directory's unicron.log.
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Archive every topic into this directory (default: a new run-<time>
     /// directory under `archiver.dir` on the embedded broker).
     #[arg(long, value_name = "DIR", conflicts_with = "no_archive")]

@@ -7,6 +7,7 @@ mod evaluate;
 mod explain;
 mod history;
 mod keys;
+mod logging;
 mod plan;
 mod replay;
 mod services;
@@ -28,7 +29,8 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_tracing();
+    // `up` keeps its terminal for progress; its logs go to a file unless -v.
+    logging::init(matches!(&cli.command, cli::Command::Up(args) if !args.verbose));
     let config = match config::Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
@@ -60,16 +62,6 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// Logs go to stderr (stdout is for command output); `RUST_LOG` filters.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,unicron=info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 /// The error and its causes on one line, without the causes a message

@@ -1,6 +1,8 @@
 //! Running the services of the other crates from the binary: `unicron
 //! planner` and `unicron detector` for deployments, and the helpers `unicron up` uses.
 
+use std::net::SocketAddr;
+
 use anyhow::{Context, bail};
 use unicron_core::signing::CommandSigner;
 
@@ -44,29 +46,49 @@ impl Stop {
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen` unless
-/// disabled; the endpoint lives as long as the returned value.
+/// disabled; the endpoint lives as long as the returned value. With
+/// `may_move` (a local demo), a busy built-in default port gives way to a
+/// free one; a configured address stays strict.
 pub async fn serve_metrics(
     config: &Config,
+    may_move: bool,
 ) -> anyhow::Result<Option<unicron_bus::metrics::MetricsServer>> {
     if !config.metrics.enabled {
         return Ok(None);
     }
-    let server = unicron_bus::metrics::serve(config.metrics.listen)
+    let default = crate::config::MetricsConfig::default().listen;
+    let (listen, moved) = listen_or_free(
+        config.metrics.listen,
+        may_move && config.metrics.listen == default,
+    );
+    // A taken or invalid address is the operator's to fix: exit 2.
+    let server = unicron_bus::metrics::serve(listen)
         .await
-        .context("metrics.listen")?;
-    println!("metrics: http://{}/metrics", server.addr);
+        .map_err(|e| crate::cli::UsageError(format!("metrics.listen: {e}")))?;
+    println!(
+        "metrics: http://{}/metrics{}",
+        server.addr,
+        moved_note(moved)
+    );
     Ok(Some(server))
 }
 
-/// Starts the status page if `args` and `[status]` ask for it.
+/// Starts the status page if `args` and `[status]` ask for it; `may_move`
+/// as for [`serve_metrics`], and only when no address was given.
 pub async fn serve_status(
     config: &Config,
     args: &crate::cli::StatusArgs,
     brokers: &str,
+    may_move: bool,
 ) -> anyhow::Result<Option<crate::status::StatusServer>> {
     let Some(listen) = args.listen(&config.status) else {
         return Ok(None);
     };
+    let default = crate::config::StatusConfig::default().listen;
+    let (listen, moved) = listen_or_free(
+        listen,
+        may_move && args.status.is_none() && listen == default,
+    );
     let server = crate::status::start(
         listen,
         &config.kafka,
@@ -74,8 +96,27 @@ pub async fn serve_status(
         config.planner.tuning.clone(),
     )
     .await?;
-    println!("status: http://{}/", server.addr);
+    println!("status: http://{}/{}", server.addr, moved_note(moved));
     Ok(Some(server))
+}
+
+/// `addr`, or, when `may_move` and another program holds it, a free port
+/// on the same interface (the port that was taken comes back too).
+fn listen_or_free(addr: SocketAddr, may_move: bool) -> (SocketAddr, Option<u16>) {
+    if !may_move {
+        return (addr, None);
+    }
+    match std::net::TcpListener::bind(addr) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            (SocketAddr::new(addr.ip(), 0), Some(addr.port()))
+        }
+        // Free (released again at once), or an error the real bind reports.
+        _ => (addr, None),
+    }
+}
+
+fn moved_note(moved: Option<u16>) -> String {
+    moved.map_or(String::new(), |port| format!(" (port {port} is in use)"))
 }
 
 /// `unicron planner`: the planner against an existing Kafka, until Ctrl-C.
@@ -91,8 +132,8 @@ pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow
         "planner: group {} on {brokers}, key {}",
         config.planner.group_id, config.planner.key_id
     );
-    let _metrics = serve_metrics(config).await?;
-    let _status = serve_status(config, status, &brokers).await?;
+    let _metrics = serve_metrics(config, false).await?;
+    let _status = serve_status(config, status, &brokers, false).await?;
     unicron_planner::run(&config.kafka, &brokers, &config.planner, signer, async {
         stop.wait().await;
     })
@@ -113,7 +154,7 @@ pub async fn detector(config: &Config) -> anyhow::Result<()> {
         config.detector.group_id,
         config.detector.inputs.len()
     );
-    let _metrics = serve_metrics(config).await?;
+    let _metrics = serve_metrics(config, false).await?;
     unicron_detector::run(&config.kafka, &brokers, &config.detector, async {
         stop.wait().await;
     })
@@ -156,7 +197,7 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
         config.executor.name,
         config.executor.group()
     );
-    let _metrics = serve_metrics(config).await?;
+    let _metrics = serve_metrics(config, false).await?;
     unicron_executor::run(&config.kafka, &brokers, &config.executor, async {
         stop.wait().await;
     })
@@ -177,7 +218,7 @@ pub async fn sim(
             "kafka.brokers: required for `unicron sim` (use `unicron up` for the embedded broker)"
         );
     };
-    let _metrics = serve_metrics(config).await?;
+    let _metrics = serve_metrics(config, false).await?;
     let sim_config = config.sim.clone();
     let end_s = duration.map(|d| d.as_secs_f64() * sim_config.speed);
     let running = unicron_simulator::start(&config.kafka, &brokers, sim_config.clone(), end_s)
@@ -218,7 +259,7 @@ pub async fn archiver(config: &Config) -> anyhow::Result<()> {
         config.archiver.group_id,
         config.archiver.dir.display()
     );
-    let _metrics = serve_metrics(config).await?;
+    let _metrics = serve_metrics(config, false).await?;
     unicron_archiver::run(&config.kafka, &brokers, &config.archiver, async {
         stop.wait().await;
     })

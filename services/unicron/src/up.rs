@@ -4,6 +4,7 @@
 //! with a live progress line and a summary at the end.
 
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,7 +12,8 @@ use tokio::task::JoinHandle;
 use unicron_bus::admin::{TopicReport, TopicStatus, ensure_topics};
 use unicron_bus::{EmbeddedBroker, Topology};
 use unicron_executor::{BackendSettings, ExecutorSettings};
-use unicron_simulator::{Progress, SimConfig, Summary};
+use unicron_simulator::config::DEMO_RATE;
+use unicron_simulator::{Arrivals, Progress, SimConfig, Summary};
 
 use crate::cli::UpArgs;
 use crate::config::Config;
@@ -35,6 +37,14 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         .or_else(|| config.kafka.brokers.clone());
     let sim_config = sim_config(config, &args)?;
     let mut signals = crate::services::Stop::listen()?;
+    let run_dir = run_dir(config, &args, brokers.is_none());
+    std::fs::create_dir_all(&run_dir)
+        .with_context(|| format!("creating the run directory {}", run_dir.display()))?;
+    let log_file = run_dir.join("unicron.log");
+    if !args.verbose {
+        crate::logging::write_to_file(&log_file)
+            .with_context(|| format!("opening {}", log_file.display()))?;
+    }
     if config.metrics.enabled {
         // Before any service starts: what is recorded earlier is lost.
         unicron_bus::metrics::install()?;
@@ -44,9 +54,20 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     let mut _embedded = None;
     let (bootstrap, reports): (String, Vec<TopicReport>) = match brokers {
         Some(brokers) => {
+            // Unreachable brokers are a bad argument: one line, exit 2.
+            let named = if args.brokers.is_some() {
+                "--brokers"
+            } else {
+                "kafka.brokers"
+            };
             let reports = ensure_topics(&config.kafka, &brokers, &topology)
                 .await
-                .with_context(|| format!("creating topics on {brokers}"))?;
+                .map_err(|e| {
+                    crate::cli::UsageError(format!(
+                        "{named} {brokers}: {}",
+                        crate::one_line(&anyhow::Error::from(e))
+                    ))
+                })?;
             (brokers, reports)
         }
         None => {
@@ -195,21 +216,14 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             "sim: cluster {}, {} nodes x {} GPUs, {} jobs, seed {}, speed {}x, actions at http://{}/actions",
             c.cluster, c.nodes, c.gpus_per_node, c.jobs, c.seed, c.speed, sim.addr
         );
+        println!(
+            "sim: failures {}",
+            unicron_simulator::truth::rate_label(c.rate_vs_paper(), c.arrivals)
+        );
     }
 
     // The archiver: last to stop, so it has every record of the run.
-    let archive_dir = match (&args.archive, args.no_archive) {
-        (_, true) => None,
-        (Some(dir), _) => Some(dir.clone()),
-        (None, _) if _embedded.is_some() => {
-            // The embedded broker's offsets start at 0 each run: a directory per run.
-            let stamp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            Some(config.archiver.dir.join(format!("run-{stamp}")))
-        }
-        (None, _) => Some(config.archiver.dir.clone()),
-    };
+    let archive_dir = (!args.no_archive).then(|| run_dir.clone());
     let archiver = match &archive_dir {
         Some(dir) => {
             let mut settings = config.archiver.clone();
@@ -230,11 +244,17 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         None => None,
     };
 
-    let _metrics = crate::services::serve_metrics(config).await?;
-    let _status = crate::services::serve_status(config, &args.status, &bootstrap).await?;
+    let _metrics = crate::services::serve_metrics(config, true).await?;
+    let status = crate::services::serve_status(config, &args.status, &bootstrap, true).await?;
+    if args.verbose {
+        println!("logs: on this terminal");
+    } else {
+        println!("logs: {} (-v to show them here)", log_file.display());
+    }
     std::io::stdout().flush().ok();
 
-    let outcome = watch(&args, sim.as_ref(), &mut services, &mut signals).await;
+    let rate = sim_config.as_ref().map(SimConfig::rate_vs_paper);
+    let outcome = watch(&args, sim.as_ref(), rate, &mut services, &mut signals).await;
     if outcome.is_ok()
         && let Some(sim) = &sim
         && sim.progress().ended
@@ -264,6 +284,9 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             _ => {}
         }
     }
+    if let Some(status) = status {
+        status.stop().await;
+    }
     outcome?;
     if let Some(summary) = summary {
         print!("{}", summary.table());
@@ -281,6 +304,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
 async fn watch(
     args: &UpArgs,
     sim: Option<&unicron_simulator::Running>,
+    rate: Option<f64>,
     services: &mut [(&str, Service)],
     stop: &mut crate::services::Stop,
 ) -> anyhow::Result<()> {
@@ -305,7 +329,7 @@ async fn watch(
             _ = ticker.tick() => {
                 ticks += 1;
                 if let Some(sim) = sim {
-                    let line = progress_line(&sim.progress());
+                    let line = progress_line(&sim.progress(), rate.unwrap_or(0.0));
                     if tty {
                         print!("\r{line}   ");
                         std::io::stdout().flush().ok();
@@ -334,10 +358,17 @@ async fn watch(
     Ok(())
 }
 
-fn progress_line(p: &Progress) -> String {
+/// One line of progress; `rate` is the failure rate as a multiple of the
+/// paper setting's (0: from a trace).
+fn progress_line(p: &Progress, rate: f64) -> String {
     let s = p.sim_s as u64;
+    let rate = if rate > 0.0 {
+        format!(" ({rate:.0}x paper rate)")
+    } else {
+        String::new()
+    };
     format!(
-        "sim {:02}:{:02}:{:02} | failures injected {} detected {} acted on {} | commands {} | WAF now {:.1}%, so far {:.1}% of ideal",
+        "sim {:02}:{:02}:{:02} | failures{rate} injected {} detected {} healed {} | commands {} | WAF now {:.1}%, so far {:.1}% of ideal",
         s / 3600,
         s / 60 % 60,
         s % 60,
@@ -380,6 +411,15 @@ fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig
     if let Some(trace) = &args.trace {
         sim.trace = Some(trace.clone());
     }
+    if args.paper_rate {
+        sim.mtbf_s = None;
+        sim.arrivals = Arrivals::Poisson;
+    } else if sim.trace.is_none() && sim.mtbf_s.is_none() {
+        // The demonstration: every kind of recovery within the first minute.
+        let gpus = sim.nodes * sim.gpus_per_node;
+        sim.mtbf_s = Some(unicron_simulator::config::paper_mtbf_s(gpus) / DEMO_RATE);
+        sim.arrivals = Arrivals::Demo;
+    }
     if sim.listen == SimConfig::default().listen {
         // A free port: several runs on one machine must not collide.
         sim.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
@@ -391,6 +431,22 @@ fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig
             .map_err(|e| crate::cli::UsageError(format!("sim.trace: {e}")))?;
     }
     Ok(Some(sim))
+}
+
+/// Where a run keeps its log and, unless `--no-archive`, its archive:
+/// `--archive DIR`; else a new `run-<time>` under `archiver.dir` on the
+/// embedded broker (its offsets start at 0 each run); else `archiver.dir`.
+fn run_dir(config: &Config, args: &UpArgs, embedded: bool) -> PathBuf {
+    match &args.archive {
+        Some(dir) => dir.clone(),
+        None if embedded => {
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            config.archiver.dir.join(format!("run-{stamp}"))
+        }
+        None => config.archiver.dir.clone(),
+    }
 }
 
 fn write_summary(path: &std::path::Path, summary: &Summary) -> anyhow::Result<()> {

@@ -109,11 +109,6 @@ pub struct Scenario {
     pub mtbf_s: f64,
 }
 
-/// ASSUMPTION: one failure every 256 GPU-hours, i.e. one every two hours on
-/// 128 GPUs. Neither the paper nor PAPER.md gives a rate; the sweep shows
-/// how the comparison moves with it.
-pub const GPU_HOURS_PER_FAILURE: f64 = 256.0;
-
 fn scenario(name: &str, nodes: u32, jobs: u32, hours: f64, rate: f64) -> Scenario {
     let gpus = f64::from(nodes * 8);
     Scenario {
@@ -121,7 +116,7 @@ fn scenario(name: &str, nodes: u32, jobs: u32, hours: f64, rate: f64) -> Scenari
         nodes,
         jobs,
         hours,
-        mtbf_s: GPU_HOURS_PER_FAILURE / gpus * 3_600.0 / rate,
+        mtbf_s: crate::config::GPU_HOURS_PER_FAILURE / gpus * 3_600.0 / rate,
     }
 }
 
@@ -162,7 +157,7 @@ pub fn run(scenario: &Scenario, policy: &PolicyModel, seed: u64) -> Run {
         nodes: scenario.nodes,
         jobs: scenario.jobs,
         seed,
-        mtbf_s: scenario.mtbf_s,
+        mtbf_s: Some(scenario.mtbf_s),
         transitions: policy.transitions.clone(),
         throughput_factor: policy.throughput_factor,
         // Telemetry and noise change no decision here; fewer records

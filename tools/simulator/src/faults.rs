@@ -43,6 +43,23 @@ pub fn pick(u: f64) -> FailureKind {
     MIX[MIX.len() - 1].0
 }
 
+/// Picks a kind of severity `severity` (as [`needs`] sees it) from the
+/// mix, weighted as in it, with `u` uniform in [0, 1).
+pub fn pick_with(severity: Severity, u: f64) -> FailureKind {
+    let of = || MIX.iter().filter(|(kind, _)| needs(*kind) == severity);
+    let total: f64 = of().map(|(_, w)| w).sum();
+    let mut left = u * total;
+    let mut last = MIX[0].0;
+    for &(kind, weight) in of() {
+        if left < weight {
+            return kind;
+        }
+        left -= weight;
+        last = kind;
+    }
+    last
+}
+
 /// How a failure shows itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifestation {
@@ -259,6 +276,20 @@ pub fn parse_trace(text: &str, path: &str) -> Result<Vec<TraceEntry>, TraceError
 mod tests {
     use super::*;
     use unicron_core::detector::rules::LogRules;
+
+    #[test]
+    fn picks_within_a_severity_cover_its_kinds_and_only_them() {
+        for severity in [Severity::Sev1, Severity::Sev2, Severity::Sev3] {
+            let mut seen = std::collections::BTreeSet::new();
+            for i in 0..1000 {
+                let kind = pick_with(severity, f64::from(i) / 1000.0);
+                assert_eq!(needs(kind), severity, "{kind}");
+                seen.insert(kind);
+            }
+            let all = MIX.iter().filter(|(k, _)| needs(*k) == severity).count();
+            assert_eq!(seen.len(), all, "{severity}: {seen:?}");
+        }
+    }
 
     #[test]
     fn every_injected_line_classifies_as_its_kind_and_noise_as_nothing() {

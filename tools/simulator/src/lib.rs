@@ -16,7 +16,7 @@ pub mod profiles;
 pub mod service;
 pub mod truth;
 
-pub use config::{SimConfig, Transitions};
+pub use config::{Arrivals, SimConfig, Transitions};
 pub use model::{Emission, Sim};
 pub use service::{Progress, Running, SimError, start};
 pub use truth::{Fault, Summary, Truth};

@@ -15,7 +15,7 @@ use unicron_core::{
     FailureKind, LogRecord, MetricSample, Severity, TelemetryBatch,
 };
 
-use crate::config::SimConfig;
+use crate::config::{Arrivals, SimConfig};
 use crate::faults::{self, TraceEntry};
 use crate::profiles::{MODELS, Model, WEIGHTS};
 use crate::truth::{Fault, Truth};
@@ -129,6 +129,9 @@ pub struct Sim {
     jobs: BTreeMap<String, Job>,
     trace: VecDeque<TraceEntry>,
     next_random_fault: Option<i64>,
+    /// Demo arrivals: severities the first random failures still have to
+    /// show, drawn in seeded order.
+    demo_severities: Vec<Severity>,
     /// Failure times, kinds and targets draw only from this generator, so
     /// every policy run with one seed meets the same failures at the same
     /// times, whatever else differs.
@@ -163,8 +166,13 @@ impl Sim {
         }
         let jobs = plan_jobs(&config);
         let mut fault_rng = ChaCha8Rng::seed_from_u64(config.seed ^ 0x5eed_fa11);
-        let next_random_fault = (trace.is_none() && config.mtbf_s > 0.0)
-            .then(|| config.start_ms + exponential(&mut fault_rng, config.mtbf_s * 1000.0));
+        let mean_ms = config.mean_interval_s() * 1000.0;
+        let next_random_fault = (trace.is_none() && mean_ms > 0.0)
+            .then(|| config.start_ms + interval(&mut fault_rng, config.arrivals, mean_ms));
+        let demo_severities = match config.arrivals {
+            Arrivals::Demo => vec![Severity::Sev1, Severity::Sev2, Severity::Sev3],
+            Arrivals::Poisson => Vec::new(),
+        };
         let ideal_rate = jobs
             .values()
             .map(|j| j.weight * j.model.throughput(j.max_gpus))
@@ -178,6 +186,7 @@ impl Sim {
             jobs,
             trace: trace.unwrap_or_default().into(),
             next_random_fault,
+            demo_severities,
             fault_rng,
             scheduled: BTreeMap::new(),
             answered: BTreeMap::new(),
@@ -329,26 +338,37 @@ impl Sim {
             let entry = self.trace.pop_front().expect("peeked");
             self.inject(Some(&entry.node), entry.kind, out);
         }
+        let (arrivals, mean_ms) = (self.config.arrivals, self.config.mean_interval_s() * 1000.0);
         while let Some(at) = self.next_random_fault
             && at <= self.now
         {
-            let kind = faults::pick(self.fault_rng.random());
+            let from = match arrivals {
+                Arrivals::Poisson => at,
+                // A demo failure waits for a running job to hit.
+                Arrivals::Demo if self.eligible_nodes().is_empty() => break,
+                Arrivals::Demo => self.now,
+            };
+            let kind = self.next_kind();
             self.inject(None, kind, out);
-            self.next_random_fault = Some(
-                at + exponential(&mut self.fault_rng, self.config.mtbf_s * 1000.0).max(TICK_MS),
-            );
+            self.next_random_fault =
+                Some(from + interval(&mut self.fault_rng, arrivals, mean_ms).max(TICK_MS));
         }
     }
 
-    /// Injects `kind` on `node`, or on a random node of a running job.
-    fn inject(&mut self, node: Option<&str>, kind: FailureKind, out: &mut Vec<Emission>) {
-        // Drawn whether or not they are used: one fault, two draws.
-        let (target, gpu): (f64, u32) = (
-            self.fault_rng.random(),
-            self.fault_rng.random_range(0..self.config.gpus_per_node),
-        );
-        let eligible: Vec<String> = self
-            .nodes
+    /// The kind of the next random failure: from the mix, except that demo
+    /// arrivals first show each severity once.
+    fn next_kind(&mut self) -> FailureKind {
+        if self.demo_severities.is_empty() {
+            return faults::pick(self.fault_rng.random());
+        }
+        let i = self.fault_rng.random_range(0..self.demo_severities.len());
+        let severity = self.demo_severities.remove(i);
+        faults::pick_with(severity, self.fault_rng.random())
+    }
+
+    /// Healthy nodes of running jobs: where a failure can strike.
+    fn eligible_nodes(&self) -> Vec<String> {
+        self.nodes
             .iter()
             .filter(|(_, n)| n.state == NodeState::Up && n.fault.is_none())
             .filter(|(_, n)| {
@@ -358,7 +378,17 @@ impl Sim {
                     .is_some_and(|j| j.phase == Phase::Running && j.fault.is_none())
             })
             .map(|(name, _)| name.clone())
-            .collect();
+            .collect()
+    }
+
+    /// Injects `kind` on `node`, or on a random node of a running job.
+    fn inject(&mut self, node: Option<&str>, kind: FailureKind, out: &mut Vec<Emission>) {
+        // Drawn whether or not they are used: one fault, two draws.
+        let (target, gpu): (f64, u32) = (
+            self.fault_rng.random(),
+            self.fault_rng.random_range(0..self.config.gpus_per_node),
+        );
+        let eligible = self.eligible_nodes();
         let name = match node {
             Some(name) if eligible.iter().any(|n| n == name) => name.to_string(),
             Some(_) => {
@@ -945,6 +975,14 @@ fn restart_s(t: &crate::config::Transitions, restore_from: Option<&str>) -> f64 
 }
 
 /// A sample of an exponential distribution with this mean, ms.
+/// The time to the next random failure.
+fn interval(rng: &mut ChaCha8Rng, arrivals: Arrivals, mean_ms: f64) -> i64 {
+    match arrivals {
+        Arrivals::Poisson => exponential(rng, mean_ms),
+        Arrivals::Demo => (rng.random_range(0.5..1.5) * mean_ms) as i64,
+    }
+}
+
 fn exponential(rng: &mut ChaCha8Rng, mean_ms: f64) -> i64 {
     let u: f64 = rng.random();
     (-(1.0 - u).ln() * mean_ms) as i64

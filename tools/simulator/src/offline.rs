@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn each_severity_gets_its_action_once_and_in_bounded_time() {
         let config = SimConfig {
-            mtbf_s: 0.0,
+            mtbf_s: Some(0.0),
             ..SimConfig::default()
         };
         let trace = "time_s,node,kind\n600,node-001,nccl_timeout\n1200,node-008,cuda_error\n1800,node-014,ecc_error\n2400,node-004,lost_connection\n3000,node-010,task_hang\n";
@@ -326,7 +326,7 @@ mod tests {
     #[test]
     fn a_repaired_node_comes_back_and_the_cluster_regains_its_ideal_rate() {
         let config = SimConfig {
-            mtbf_s: 0.0,
+            mtbf_s: Some(0.0),
             repair_s: 600.0,
             ..SimConfig::default()
         };
@@ -364,7 +364,7 @@ mod tests {
     #[test]
     fn a_healthy_cluster_comes_close_to_the_ideal() {
         let config = SimConfig {
-            mtbf_s: 0.0,
+            mtbf_s: Some(0.0),
             ..SimConfig::default()
         };
         let summary = offline(config, None).run_for(3_600.0);
@@ -379,11 +379,75 @@ mod tests {
         assert_eq!(summary.actions_by_kind.get("resume"), Some(&3));
     }
 
+    /// `unicron up`'s demonstration: whatever the seed, its first simulated
+    /// half hour (a minute of real time at 30x) shows a failure of each
+    /// severity injected, detected and healed, with some minutes to spare.
+    #[test]
+    fn demo_arrivals_heal_every_severity_early_whatever_the_seed() {
+        use crate::config::{Arrivals, DEMO_RATE, paper_mtbf_s};
+        use unicron_core::Severity;
+        for seed in 0..40 {
+            let config = SimConfig {
+                seed,
+                mtbf_s: Some(paper_mtbf_s(128) / DEMO_RATE),
+                arrivals: Arrivals::Demo,
+                ..SimConfig::default()
+            };
+            let start = config.start_ms;
+            let summary = offline(config, None).run_for(1_800.0);
+            for severity in [Severity::Sev1, Severity::Sev2, Severity::Sev3] {
+                let healed = summary.faults.iter().find(|f| {
+                    crate::faults::needs(f.kind) == severity
+                        && f.detected_ms.is_some()
+                        && f.resolved_ms.is_some_and(|at| at - start <= 1_500_000)
+                });
+                assert!(
+                    healed.is_some(),
+                    "seed {seed}: no {severity} failure healed in 25 minutes\n{}",
+                    summary.table()
+                );
+            }
+            assert_eq!(
+                summary.failed_actions,
+                0,
+                "seed {seed}\n{}",
+                summary.table()
+            );
+            assert_eq!(
+                summary.false_detections,
+                0,
+                "seed {seed}\n{}",
+                summary.table()
+            );
+        }
+    }
+
+    /// Demo arrivals stay random: another seed, other times and kinds.
+    #[test]
+    fn demo_arrivals_differ_by_seed() {
+        use crate::config::Arrivals;
+        let run = |seed| {
+            let config = SimConfig {
+                seed,
+                mtbf_s: Some(240.0),
+                arrivals: Arrivals::Demo,
+                ..SimConfig::default()
+            };
+            offline(config, None).run_for(1_800.0)
+        };
+        let (a, b) = (run(3), run(4));
+        let shape = |s: &Summary| -> Vec<(FailureKind, i64)> {
+            s.faults.iter().map(|f| (f.kind, f.injected_ms)).collect()
+        };
+        assert_ne!(shape(&a), shape(&b));
+        assert_eq!(shape(&a), shape(&run(3)));
+    }
+
     #[test]
     fn the_same_seed_gives_the_same_run_and_another_seed_another() {
         let config = |seed| SimConfig {
             seed,
-            mtbf_s: 600.0,
+            mtbf_s: Some(600.0),
             ..SimConfig::default()
         };
         let a = offline(config(5), None).run_for(7_200.0);

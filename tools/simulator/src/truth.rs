@@ -160,6 +160,12 @@ pub struct Summary {
     pub nodes: u32,
     pub gpus: u32,
     pub jobs: u32,
+    /// Random failures as a multiple of the paper setting's rate (one per
+    /// 256 GPU-hours, assumed); 0 with a trace or none.
+    #[serde(default)]
+    pub failure_rate_vs_paper: f64,
+    #[serde(default)]
+    pub arrivals: crate::config::Arrivals,
     pub failures_injected: u64,
     pub failures_detected: u64,
     pub failures_resolved: u64,
@@ -220,6 +226,8 @@ impl Summary {
             nodes: config.nodes,
             gpus: config.nodes * config.gpus_per_node,
             jobs: config.jobs,
+            failure_rate_vs_paper: round(config.rate_vs_paper(), 3),
+            arrivals: config.arrivals,
             failures_injected: truth.faults.len() as u64,
             failures_detected: delays.len() as u64,
             failures_resolved: to_action.len() as u64,
@@ -258,6 +266,7 @@ impl Summary {
             "summary: {} s simulated, {} nodes / {} GPUs, {} jobs, seed {}",
             self.sim_seconds, self.nodes, self.gpus, self.jobs, self.seed
         );
+        let _ = writeln!(out, "  failures: {}", self.rate_label());
         let _ = writeln!(
             out,
             "  {:<24} {:>8} {:>8}",
@@ -299,11 +308,45 @@ impl Summary {
             "  false detections: {}, repeats: {}",
             self.false_detections, self.repeat_detections
         );
+        let caveat = if self.failure_rate_vs_paper > 0.0
+            && (self.failure_rate_vs_paper - 1.0).abs() > 1e-9
+        {
+            " (at this failure rate; not comparable with the paper's figures)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "  WAF achieved: {:.1}% of the no-failure ideal",
+            "  WAF achieved: {:.1}% of the no-failure ideal{caveat}",
             self.waf_fraction * 100.0
         );
         out
+    }
+
+    /// How failures were injected, for the summary and the progress line.
+    pub fn rate_label(&self) -> String {
+        rate_label(self.failure_rate_vs_paper, self.arrivals)
+    }
+}
+
+/// "30x the paper setting's rate (demo)" and the like; `rate` as
+/// [`crate::SimConfig::rate_vs_paper`] gives it.
+pub fn rate_label(rate: f64, arrivals: crate::config::Arrivals) -> String {
+    if rate <= 0.0 {
+        return "from a trace, or none".to_string();
+    }
+    let demo = match arrivals {
+        crate::config::Arrivals::Demo => ", demo: one of each severity first",
+        crate::config::Arrivals::Poisson => "",
+    };
+    if (rate - 1.0).abs() < 1e-9 {
+        format!("random, at the paper setting's rate (one per 256 GPU-hours, assumed){demo}")
+    } else {
+        let shown = if (rate - rate.round()).abs() < 1e-6 {
+            format!("{rate:.0}")
+        } else {
+            format!("{rate:.2}")
+        };
+        format!("random, at {shown}x the paper setting's rate{demo}")
     }
 }

@@ -9,7 +9,6 @@ mod feed;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
@@ -67,6 +66,16 @@ impl Drop for StatusServer {
     }
 }
 
+impl StatusServer {
+    /// Stops the page and waits until its Kafka reader is gone, so that a
+    /// broker stopped next finds no client left to complain.
+    pub async fn stop(mut self) {
+        self.reader.abort();
+        let _ = (&mut self.reader).await;
+        self.server.abort();
+    }
+}
+
 /// Starts the page on `listen`, reading the log at `brokers`. The shadow
 /// planner uses `tuning`, the planner's own configuration.
 pub async fn start(
@@ -76,9 +85,9 @@ pub async fn start(
     tuning: PlannerConfig,
 ) -> anyhow::Result<StatusServer> {
     let view = Arc::new(Mutex::new(StatusView::new(tuning)));
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("status.listen: cannot listen on {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
+        crate::cli::UsageError(format!("status.listen: cannot listen on {listen}: {e}"))
+    })?;
     let addr = listener.local_addr()?;
     let state = AppState {
         view: view.clone(),
