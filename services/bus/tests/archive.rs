@@ -553,7 +553,7 @@ fn fastavro_available() -> bool {
     if !ok {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI is set but `python3 -c \"import fastavro\"` fails: .ci/run installs fastavro"
+            "CI is set but `python3 -c \"import fastavro\"` fails: ./dev test installs fastavro"
         );
         eprintln!(
             "SKIPPED: the independent-reader test needs Python fastavro (pip install fastavro); \

@@ -2,7 +2,7 @@
 //! external format in, `unicron.failures` and `unicron.dlq` out. External
 //! records are made by the real producers where one installs here: OTLP by
 //! the OpenTelemetry Python SDK's encoder, JSON lines by `kcat` (both
-//! installed by `.ci/run`).
+//! installed by `./dev test`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -101,7 +101,7 @@ impl Harness {
             .args(["-P", "-b", &self.brokers(), "-t", topic])
             .stdin(Stdio::piped())
             .spawn()
-            .expect("kcat is needed (apt-get install kcat; .ci/run installs it)");
+            .expect("kcat is needed (apt-get install kcat; ./dev test installs it)");
         let mut stdin = child.stdin.take().unwrap();
         for line in lines {
             writeln!(stdin, "{line}").unwrap();
@@ -123,7 +123,7 @@ fn otlp_payload(signal: &str, encoding: &str, host: &str) -> Vec<u8> {
         .expect("python3 is needed");
     assert!(
         out.status.success(),
-        "OTLP encoder failed (pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-common; .ci/run installs them): {}",
+        "OTLP encoder failed (pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-common; ./dev test installs them): {}",
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout

@@ -64,7 +64,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| {
                     crate::cli::UsageError(format!(
-                        "{named} {brokers}: {}",
+                        "{named} {brokers}: cannot create unicron's topics there: {}",
                         crate::one_line(&anyhow::Error::from(e))
                     ))
                 })?;

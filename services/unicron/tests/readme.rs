@@ -201,9 +201,11 @@ fn busy_default_ports_move_and_chosen_ones_fail_in_one_line() {
     let status = stdout.lines().find(|l| l.starts_with("status: ")).unwrap();
     assert!(status.ends_with("/ (port 8080 is in use)"), "{status}");
 
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let chosen = held.local_addr().unwrap().to_string();
     let out = Command::new(env!("CARGO_BIN_EXE_unicron"))
         .args(["up", "--no-sim", "--no-archive", "--duration", "2s"])
-        .args(["--status", "127.0.0.1:8080"])
+        .args(["--status", &chosen])
         .current_dir(dir.path())
         .env("UNICRON_METRICS__LISTEN", "127.0.0.1:0")
         .env_remove("RUST_LOG")
@@ -213,7 +215,7 @@ fn busy_default_ports_move_and_chosen_ones_fail_in_one_line() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.starts_with("error: status.listen: cannot listen on 127.0.0.1:8080"),
+        stderr.starts_with(&format!("error: status.listen: cannot listen on {chosen}")),
         "{stderr}"
     );
 }

@@ -2,7 +2,7 @@
 //! on tansu 0.6.0 (a Kafka-protocol broker, not the embedded one), killed
 //! while they work (`unicron-chaos`, docs/chaos.md).
 //!
-//! `.ci/run` installs tansu and sets `TANSU`; under CI a missing tansu
+//! `./dev test` installs tansu and sets `TANSU`; under CI a missing tansu
 //! fails the test, elsewhere it is skipped with a message. Run the group
 //! alone with `cargo test -p unicron --test standalone`.
 
@@ -20,13 +20,19 @@ use common::{Running, spawn_listening};
 /// with another loop.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// tansu: `$TANSU`, or where `.ci/run` installs it.
+/// tansu: `$TANSU`, or where `./dev test` installs it (`$UNICRON_CACHE`,
+/// `~/.cache/unicron`, CI's cache).
 fn tansu() -> Option<PathBuf> {
-    std::env::var_os("TANSU")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain([PathBuf::from("/var/cache/unicron-tools/bin/tansu")])
-        .find(|p| p.is_file())
+    let cached = |dir: Option<PathBuf>| dir.map(|d| d.join("bin/tansu"));
+    [
+        std::env::var_os("TANSU").map(PathBuf::from),
+        cached(std::env::var_os("UNICRON_CACHE").map(PathBuf::from)),
+        cached(std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/unicron"))),
+        cached(Some(PathBuf::from("/var/cache/unicron-tools"))),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.is_file())
 }
 
 fn tansu_or_skip() -> Option<PathBuf> {
@@ -34,7 +40,7 @@ fn tansu_or_skip() -> Option<PathBuf> {
     if found.is_none() {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI is set but tansu is missing: .ci/run installs it"
+            "CI is set but tansu is missing: ./dev test installs it"
         );
         eprintln!("skipped: no tansu (set TANSU; it is required when CI is set)");
     }

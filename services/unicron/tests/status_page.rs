@@ -4,7 +4,7 @@
 //! fills live, a decision expands, explain links answer and the WAF chart is
 //! drawn. The screenshot is kept under the test output directory.
 //!
-//! `.ci/run` installs Chromium and the npm package; under CI a missing one
+//! `./dev test` installs Chromium and the npm package; under CI a missing one
 //! fails the test, elsewhere the test says what is missing and passes.
 
 use std::io::{BufRead, BufReader};
@@ -42,7 +42,7 @@ fn the_status_page_shows_a_live_run_in_a_real_browser() {
     if let Some(what) = missing() {
         assert!(
             std::env::var_os("CI").is_none(),
-            "CI is set but {what} is missing: .ci/run installs it"
+            "CI is set but {what} is missing: ./dev test installs it"
         );
         eprintln!("skipped: {what} is missing (it is required when CI is set)");
         return;

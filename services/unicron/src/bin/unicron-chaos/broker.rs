@@ -13,7 +13,8 @@ pub struct Broker {
     service: Service,
 }
 
-/// Where tansu is: `--tansu`, `$TANSU`, the CI install, or `PATH`.
+/// Where tansu is: `--tansu`, `$TANSU`, where `./dev test` installs it
+/// (`$UNICRON_CACHE`, `~/.cache/unicron`, CI's cache), or `PATH`.
 pub fn find(given: Option<&Path>) -> Option<PathBuf> {
     if let Some(path) = given {
         return Some(path.to_path_buf());
@@ -21,9 +22,18 @@ pub fn find(given: Option<&Path>) -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("TANSU") {
         return Some(PathBuf::from(path));
     }
-    let ci = PathBuf::from("/var/cache/unicron-tools/bin/tansu");
-    if ci.is_file() {
-        return Some(ci);
+    let caches = [
+        std::env::var_os("UNICRON_CACHE").map(PathBuf::from),
+        std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/unicron")),
+        Some(PathBuf::from("/var/cache/unicron-tools")),
+    ];
+    if let Some(found) = caches
+        .into_iter()
+        .flatten()
+        .map(|cache| cache.join("bin/tansu"))
+        .find(|p| p.is_file())
+    {
+        return Some(found);
     }
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
