@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::task::JoinHandle;
 use unicron_bus::admin::{TopicReport, TopicStatus, ensure_topics};
 use unicron_bus::{EmbeddedBroker, Topology};
@@ -308,54 +309,55 @@ async fn watch(
     services: &mut [(&str, Service)],
     stop: &mut crate::services::Stop,
 ) -> anyhow::Result<()> {
-    let tty = std::io::stdout().is_terminal();
+    if args.duration.is_none() {
+        println!("running; Ctrl-C to stop");
+    }
+    // On a terminal, one line redrawn in place and cut to its width.
+    let bar = (std::io::stdout().is_terminal() && sim.is_some()).then(|| {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stdout());
+        bar.set_style(ProgressStyle::with_template("{wide_msg}").expect("valid template"));
+        bar
+    });
     let deadline = async {
         match (sim, args.duration) {
             (Some(sim), Some(_)) => sim.ended().await,
             (None, Some(duration)) => tokio::time::sleep(duration).await,
-            (_, None) => {
-                println!("running; Ctrl-C to stop");
-                std::future::pending::<()>().await;
-            }
+            (_, None) => std::future::pending::<()>().await,
         }
     };
     tokio::pin!(deadline);
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     let mut ticks = 0u64;
-    loop {
+    let outcome = loop {
         tokio::select! {
-            () = &mut deadline => break,
-            () = stop.wait() => break,
+            () = &mut deadline => break Ok(()),
+            () = stop.wait() => break Ok(()),
             _ = ticker.tick() => {
                 ticks += 1;
                 if let Some(sim) = sim {
                     let line = progress_line(&sim.progress(), rate.unwrap_or(0.0));
-                    if tty {
-                        print!("\r{line}   ");
-                        std::io::stdout().flush().ok();
-                    } else if ticks.is_multiple_of(10) {
-                        println!("{line}");
+                    match &bar {
+                        Some(bar) => bar.set_message(line),
+                        None if ticks.is_multiple_of(10) => println!("{line}"),
+                        None => {}
                     }
                 }
-                for (name, service) in services.iter_mut() {
-                    if service.is_finished() {
-                        if tty {
-                            println!();
-                        }
-                        return match service.await {
-                            Ok(Ok(())) => Err(anyhow::anyhow!("{name} stopped unexpectedly")),
-                            Ok(Err(e)) => Err(e),
-                            Err(e) => Err(anyhow::anyhow!("{name} task: {e}")),
-                        };
-                    }
+                if let Some(i) = services.iter().position(|(_, s)| s.is_finished()) {
+                    let (name, service) = &mut services[i];
+                    break match service.await {
+                        Ok(Ok(())) => Err(anyhow::anyhow!("{name} stopped unexpectedly")),
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => Err(anyhow::anyhow!("{name} task: {e}")),
+                    };
                 }
             }
         }
+    };
+    if let Some(bar) = bar {
+        // The last progress stays on the screen, above the summary.
+        bar.finish();
     }
-    if tty && sim.is_some() {
-        println!();
-    }
-    Ok(())
+    outcome
 }
 
 /// One line of progress; `rate` is the failure rate as a multiple of the
