@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use unicron_bus::admin::{TopicReport, TopicStatus, ensure_topics};
 use unicron_bus::{EmbeddedBroker, Topology};
 use unicron_executor::{BackendSettings, ExecutorSettings};
-use unicron_simulator::config::DEMO_RATE;
+use unicron_simulator::config::DEMO_MTBF_S;
 use unicron_simulator::{Arrivals, Progress, SimConfig, Summary};
 
 use crate::cli::UpArgs;
@@ -365,7 +365,10 @@ async fn watch(
 fn progress_line(p: &Progress, rate: f64) -> String {
     let s = p.sim_s as u64;
     let rate = if rate > 0.0 {
-        format!(" ({rate:.0}x paper rate)")
+        format!(
+            " ({}x paper rate)",
+            unicron_simulator::truth::rate_multiple(rate)
+        )
     } else {
         String::new()
     };
@@ -418,8 +421,7 @@ fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig
         sim.arrivals = Arrivals::Poisson;
     } else if sim.trace.is_none() && sim.mtbf_s.is_none() {
         // The demonstration: every kind of recovery within the first minute.
-        let gpus = sim.nodes * sim.gpus_per_node;
-        sim.mtbf_s = Some(unicron_simulator::config::paper_mtbf_s(gpus) / DEMO_RATE);
+        sim.mtbf_s = Some(DEMO_MTBF_S);
         sim.arrivals = Arrivals::Demo;
     }
     if sim.listen == SimConfig::default().listen {

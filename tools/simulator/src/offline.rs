@@ -384,12 +384,12 @@ mod tests {
     /// severity injected, detected and healed, with some minutes to spare.
     #[test]
     fn demo_arrivals_heal_every_severity_early_whatever_the_seed() {
-        use crate::config::{Arrivals, DEMO_RATE, paper_mtbf_s};
+        use crate::config::{Arrivals, DEMO_MTBF_S};
         use unicron_core::Severity;
         for seed in 0..40 {
             let config = SimConfig {
                 seed,
-                mtbf_s: Some(paper_mtbf_s(128) / DEMO_RATE),
+                mtbf_s: Some(DEMO_MTBF_S),
                 arrivals: Arrivals::Demo,
                 ..SimConfig::default()
             };

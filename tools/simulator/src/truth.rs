@@ -342,11 +342,58 @@ pub fn rate_label(rate: f64, arrivals: crate::config::Arrivals) -> String {
     if (rate - 1.0).abs() < 1e-9 {
         format!("random, at the paper setting's rate (one per 256 GPU-hours, assumed){demo}")
     } else {
-        let shown = if (rate - rate.round()).abs() < 1e-6 {
-            format!("{rate:.0}")
-        } else {
-            format!("{rate:.2}")
+        format!(
+            "random, at {}x the paper setting's rate{demo}",
+            rate_multiple(rate)
+        )
+    }
+}
+
+/// A rate multiple as people write it: `30`, `7.5`, `0.25`.
+pub fn rate_multiple(rate: f64) -> String {
+    let text = format!("{rate:.2}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Arrivals, DEMO_MTBF_S, SimConfig};
+
+    #[test]
+    fn rates_read_as_people_write_them() {
+        assert_eq!(rate_multiple(30.0), "30");
+        assert_eq!(rate_multiple(7.5), "7.5");
+        assert_eq!(rate_multiple(0.25), "0.25");
+        assert_eq!(
+            rate_label(30.0, Arrivals::Demo),
+            "random, at 30x the paper setting's rate, demo: one of each severity first"
+        );
+        assert!(
+            rate_label(1.0, Arrivals::Poisson).starts_with("random, at the paper setting's rate")
+        );
+        assert_eq!(rate_label(0.0, Arrivals::Poisson), "from a trace, or none");
+    }
+
+    #[test]
+    fn the_rate_is_measured_against_the_paper_setting_for_the_cluster_size() {
+        let paper = SimConfig::default();
+        assert_eq!(paper.mean_interval_s(), 7_200.0);
+        assert_eq!(paper.rate_vs_paper(), 1.0);
+        let demo = SimConfig {
+            mtbf_s: Some(DEMO_MTBF_S),
+            ..SimConfig::default()
         };
-        format!("random, at {shown}x the paper setting's rate{demo}")
+        assert_eq!(demo.rate_vs_paper(), 30.0);
+        let small = SimConfig {
+            nodes: 4,
+            ..demo.clone()
+        };
+        assert_eq!(small.rate_vs_paper(), 120.0);
+        let none = SimConfig {
+            mtbf_s: Some(0.0),
+            ..SimConfig::default()
+        };
+        assert_eq!(none.rate_vs_paper(), 0.0);
     }
 }
