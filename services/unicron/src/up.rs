@@ -360,28 +360,26 @@ async fn watch(
     outcome
 }
 
-/// One line of progress; `rate` is the failure rate as a multiple of the
-/// paper setting's (0: from a trace).
+/// One line of progress, short enough for an 80-column terminal; `rate`
+/// is the failure rate as a multiple of the paper setting's (0: a trace).
 fn progress_line(p: &Progress, rate: f64) -> String {
     let s = p.sim_s as u64;
     let rate = if rate > 0.0 {
         format!(
-            " ({}x paper rate)",
+            " | {}x paper rate",
             unicron_simulator::truth::rate_multiple(rate)
         )
     } else {
         String::new()
     };
     format!(
-        "sim {:02}:{:02}:{:02} | failures{rate} injected {} detected {} healed {} | commands {} | WAF now {:.1}%, so far {:.1}% of ideal",
+        "sim {:02}:{:02}:{:02} | failures {} detected {} healed {} | WAF {:.1}%{rate}",
         s / 3600,
         s / 60 % 60,
         s % 60,
         p.injected,
         p.detected,
         p.acted_on,
-        p.commands,
-        p.waf_now * 100.0,
         p.waf_fraction * 100.0
     )
 }

@@ -100,7 +100,7 @@ fn the_readme_run_command_shows_every_severity_healed_quietly() {
         stdout.contains("failures random, at 30x the paper setting's rate"),
         "{stdout}"
     );
-    assert!(stdout.contains("(30x paper rate)"), "{stdout}");
+    assert!(stdout.contains("| 30x paper rate"), "{stdout}");
     assert!(stdout.trim_end().ends_with("stopped"), "{stdout}");
     let log = stdout
         .lines()
