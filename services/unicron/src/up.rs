@@ -354,8 +354,10 @@ async fn watch(
         }
     };
     if let Some(bar) = bar {
-        // The last progress stays on the screen, above the summary.
+        // The last progress stays on the screen, above the summary; the
+        // bar leaves the cursor on its line.
         bar.finish();
+        println!();
     }
     outcome
 }
