@@ -157,7 +157,8 @@ pub struct UpArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "paper_rate")]
     pub trace: Option<PathBuf>,
     /// Inject random failures at the paper setting's rate (one per 256
-    /// GPU-hours, assumed) instead of the demonstration's 30x that rate.
+    /// GPU-hours, assumed) instead of the demonstration's failure every four
+    /// simulated minutes (30x that rate on 128 GPUs).
     #[arg(long)]
     pub paper_rate: bool,
     /// Service logs on the terminal instead of the run directory's unicron.log.
