@@ -12,6 +12,20 @@ use unicron_core::{
 
 const T0: i64 = 1_780_000_000_000;
 
+/// The scenarios here were written on a timeline of 30-s heartbeat
+/// deadlines (the defaults before heartbeats came every second); what they
+/// test, ordering and correlation, does not depend on the values.
+fn slow_timers() -> DetectorConfig {
+    DetectorConfig {
+        heartbeat_deadline_s: 30.0,
+        allowed_lateness_s: 2.0,
+        correlation_window_s: 5.0,
+        suspect_after_s: 10.0,
+        hang_min_stall_s: 40.0,
+        ..DetectorConfig::default()
+    }
+}
+
 struct Harness {
     detector: Detector,
     offset: i64,
@@ -21,7 +35,7 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
-        Harness::with(DetectorConfig::default())
+        Harness::with(slow_timers())
     }
 
     fn with(config: DetectorConfig) -> Harness {
@@ -309,7 +323,7 @@ fn an_unexplained_abnormal_exit_is_its_own_failure_and_sigterm_is_none() {
 fn a_stalled_job_is_a_hang_after_three_mean_iterations() {
     let mut h = Harness::with(DetectorConfig {
         hang_min_stall_s: 0.0,
-        ..DetectorConfig::default()
+        ..slow_timers()
     });
     for it in 0..10 {
         for rank in 0..4 {
@@ -513,7 +527,7 @@ fn the_same_inputs_give_identical_outputs() {
 /// that partition is caught up and still has nothing newer, it is lost.
 #[test]
 fn a_lagging_partition_holds_the_heartbeat_timers_back() {
-    let mut detector = Detector::new(DetectorConfig::default(), LogRules::builtin());
+    let mut detector = Detector::new(slow_timers(), LogRules::builtin());
     let mut offsets = BTreeMap::<i32, i64>::new();
     let mut feed = |node: &str, partition: i32, t: i64, caught_up: bool| -> Vec<FailureEvent> {
         let offset = offsets.entry(partition).or_default();
@@ -602,7 +616,7 @@ fn a_late_record_of_an_older_iteration_does_not_rearm_the_hang() {
     // stall is reported once, as the CUDA error.
     let mut h = Harness::with(DetectorConfig {
         hang_min_stall_s: 0.0,
-        ..DetectorConfig::default()
+        ..slow_timers()
     });
     for it in 0..=10 {
         for rank in 0..3 {
@@ -648,7 +662,7 @@ fn a_late_record_of_an_older_iteration_does_not_rearm_the_hang() {
 fn node_loss_stalling_a_job(hold: bool) -> Vec<(FailureKind, Option<String>)> {
     let mut h = Harness::with(DetectorConfig {
         hang_min_stall_s: 0.0,
-        ..DetectorConfig::default()
+        ..slow_timers()
     });
     for s in 0..400 {
         let t = T0 + s * 1000;

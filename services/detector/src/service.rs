@@ -89,7 +89,12 @@ pub async fn run(
         kafka.dlq_payload_bytes,
     );
     let context = RebalanceCounter::default();
-    let consumer = Consumer::with_context(kafka, brokers, &settings.group_id, context.clone())?;
+    let consumer = Consumer::with_context(
+        &with_topic_discovery(kafka, settings.new_topic_check_s),
+        brokers,
+        &settings.group_id,
+        context.clone(),
+    )?;
     let topics: Vec<&str> = subscriptions.iter().map(String::as_str).collect();
     consumer.subscribe(&topics)?;
     tracing::info!(group = %settings.group_id, topics = ?subscriptions, rules = rules.len(), "detector running");
@@ -248,6 +253,26 @@ fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
         let age = (now.as_millis() as i64 - produced).max(0) as f64 / 1000.0;
         metrics::histogram!("unicron_detector_detection_latency_seconds").record(age);
     }
+}
+
+/// librdkafka's property that sets how soon a pattern subscription sees a
+/// topic created after it.
+const METADATA_REFRESH: &str = "topic.metadata.refresh.interval.ms";
+
+/// `kafka` with the metadata refresh at `every_s`, unless the site set it.
+fn with_topic_discovery(kafka: &KafkaConfig, every_s: f64) -> KafkaConfig {
+    let mut kafka = kafka.clone();
+    if !kafka
+        .librdkafka_properties()
+        .iter()
+        .any(|(key, _)| key == METADATA_REFRESH)
+    {
+        kafka.properties.insert(
+            METADATA_REFRESH.into(),
+            unicron_bus::config::PropertyValue::Int((every_s * 1000.0).round() as i64),
+        );
+    }
+    kafka
 }
 
 fn regex_escape(topic: &str) -> String {

@@ -25,6 +25,17 @@ pub struct DetectorSettings {
     /// flush what they queued during the outage before silence counts as
     /// failure. The only wall-clock setting of the detector; 0 turns it off.
     pub outage_grace_s: f64,
+    /// How often the consumer looks for new topics matching an optional
+    /// input's pattern (librdkafka's `topic.metadata.refresh.interval.ms`,
+    /// 5 minutes by default): a Collector that starts after unicron is read
+    /// within seconds. A `[kafka]` setting of that property wins.
+    pub new_topic_check_s: f64,
+    /// Wall-clock seconds after which a cluster with no new record on
+    /// caught-up inputs gets an idle tick, so held symptoms and timers
+    /// fire on a quiet input (a cluster whose only input is one log
+    /// stream, or whose nodes all died). Ticks are records on the agent
+    /// topic, so replay sees them. 0 turns them off.
+    pub idle_tick_s: f64,
 }
 
 impl Default for DetectorSettings {
@@ -35,6 +46,8 @@ impl Default for DetectorSettings {
             inputs: ExternalInput::collector_defaults(),
             tuning: DetectorConfig::default(),
             outage_grace_s: 30.0,
+            new_topic_check_s: 1.0,
+            idle_tick_s: 2.0,
         }
     }
 }
@@ -63,6 +76,16 @@ impl DetectorSettings {
                 "detector.outage_grace_s: {} is not between 0 and 3600 seconds",
                 self.outage_grace_s
             )));
+        }
+        for (field, value, min) in [
+            ("new_topic_check_s", self.new_topic_check_s, 0.1),
+            ("idle_tick_s", self.idle_tick_s, 0.0),
+        ] {
+            if !(value.is_finite() && (min..=3600.0).contains(&value)) {
+                return Err(DetectorError::Config(format!(
+                    "detector.{field}: {value} is not between {min} and 3600 seconds"
+                )));
+            }
         }
         for (i, input) in self.inputs.iter().enumerate() {
             input

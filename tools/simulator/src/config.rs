@@ -133,7 +133,7 @@ impl Default for SimConfig {
             arrivals: Arrivals::Poisson,
             trace: None,
             repair_s: 2.0 * 3600.0,
-            heartbeat_interval_s: 5.0,
+            heartbeat_interval_s: 1.0,
             telemetry_interval_s: 15.0,
             log_every_iterations: 10,
             noise_interval_s: 120.0,

@@ -19,4 +19,4 @@ pub mod truth;
 pub use config::{Arrivals, SimConfig, Transitions};
 pub use model::{Emission, Sim};
 pub use service::{Progress, Running, SimError, start};
-pub use truth::{Fault, Summary, Truth};
+pub use truth::{DelayStats, Fault, Summary, Truth};

@@ -174,6 +174,10 @@ pub struct Summary {
     pub detected_by_kind: BTreeMap<String, u64>,
     pub mean_detection_delay_s: f64,
     pub max_detection_delay_s: f64,
+    /// Per injected kind: the median and largest delay from injection to
+    /// the failure event, simulated seconds (detected faults only).
+    #[serde(default)]
+    pub detection_delay_by_kind: BTreeMap<String, DelayStats>,
     pub mean_time_to_action_s: f64,
     pub commands_executed: u64,
     pub actions_by_kind: BTreeMap<String, u64>,
@@ -185,6 +189,26 @@ pub struct Summary {
     pub downtime_s: BTreeMap<String, f64>,
     pub waf_fraction: f64,
     pub faults: Vec<Fault>,
+}
+
+/// Detection delays of one failure kind, simulated seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DelayStats {
+    pub p50_s: f64,
+    pub max_s: f64,
+}
+
+impl DelayStats {
+    /// `None` for no delays. The p50 is the lower median (a value that
+    /// occurred, as with one or two samples the mean would not be).
+    fn of(delays: &mut [f64]) -> Option<DelayStats> {
+        delays.sort_by(f64::total_cmp);
+        let max_s = *delays.last()?;
+        Some(DelayStats {
+            p50_s: round(delays[(delays.len() - 1) / 2], 3),
+            max_s: round(max_s, 3),
+        })
+    }
 }
 
 fn round(value: f64, places: i32) -> f64 {
@@ -201,12 +225,18 @@ impl Summary {
         let mut injected_by_kind = BTreeMap::new();
         let mut detected_by_kind = BTreeMap::new();
         let mut delays = Vec::new();
+        let mut delays_by_kind: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         let mut to_action = Vec::new();
         for fault in &truth.faults {
             *injected_by_kind.entry(fault.kind.to_string()).or_default() += 1;
             if let Some(at) = fault.detected_ms {
                 *detected_by_kind.entry(fault.kind.to_string()).or_default() += 1;
-                delays.push((at - fault.injected_ms) as f64 / 1000.0);
+                let delay = (at - fault.injected_ms) as f64 / 1000.0;
+                delays.push(delay);
+                delays_by_kind
+                    .entry(fault.kind.to_string())
+                    .or_default()
+                    .push(delay);
             }
             if let Some(at) = fault.resolved_ms {
                 to_action.push((at - fault.injected_ms) as f64 / 1000.0);
@@ -236,6 +266,10 @@ impl Summary {
             detected_by_kind,
             mean_detection_delay_s: round(mean(&delays), 3),
             max_detection_delay_s: round(delays.iter().cloned().fold(0.0, f64::max), 3),
+            detection_delay_by_kind: delays_by_kind
+                .into_iter()
+                .filter_map(|(kind, mut d)| Some((kind, DelayStats::of(&mut d)?)))
+                .collect(),
             mean_time_to_action_s: round(mean(&to_action), 3),
             commands_executed: truth.actions.values().sum(),
             actions_by_kind: truth
@@ -269,12 +303,16 @@ impl Summary {
         let _ = writeln!(out, "  failures: {}", self.rate_label());
         let _ = writeln!(
             out,
-            "  {:<24} {:>8} {:>8}",
-            "failure kind", "injected", "detected"
+            "  {:<24} {:>8} {:>8} {:>14}",
+            "failure kind", "injected", "detected", "delay p50/max"
         );
         for (kind, n) in &self.injected_by_kind {
             let d = self.detected_by_kind.get(kind).copied().unwrap_or(0);
-            let _ = writeln!(out, "  {kind:<24} {n:>8} {d:>8}");
+            let delay = self.detection_delay_by_kind.get(kind).map_or_else(
+                || "-".to_string(),
+                |s| format!("{:.1}/{:.1} s", s.p50_s, s.max_s),
+            );
+            let _ = writeln!(out, "  {kind:<24} {n:>8} {d:>8} {delay:>14}");
         }
         let _ = writeln!(
             out,

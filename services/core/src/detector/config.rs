@@ -86,17 +86,17 @@ impl Default for DetectorConfig {
     fn default() -> Self {
         use FailureKind::*;
         DetectorConfig {
-            heartbeat_deadline_s: 30.0,
-            allowed_lateness_s: 2.0,
+            heartbeat_deadline_s: 3.0,
+            allowed_lateness_s: 1.0,
             max_future_skew_s: 3600.0,
-            correlation_window_s: 5.0,
-            suspect_after_s: 10.0,
+            correlation_window_s: 2.0,
+            suspect_after_s: 2.0,
             dedupe_window_s: 60.0,
             escalation_repeats: 2,
             escalation_window_s: 300.0,
             hang_factor: 3.0,
             hang_min_iterations: 5,
-            hang_min_stall_s: 40.0,
+            hang_min_stall_s: 6.0,
             straggler_factor: 1.15,
             straggler_window: 20,
             clean_signals: vec![2, 15],
