@@ -239,6 +239,7 @@ fn agent() -> impl Strategy<Value = AgentEvent> {
         Just(AgentEventKind::ProcessExit),
         Just(AgentEventKind::IterationDone),
         Just(AgentEventKind::Unknown),
+        Just(AgentEventKind::Idle),
     ];
     (
         (text(), text(), any::<i64>(), kind),

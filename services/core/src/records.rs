@@ -59,6 +59,11 @@ pub enum AgentEventKind {
     ProcessExit,
     IterationDone,
     Unknown,
+    /// Written by the detector, not an agent: nothing arrived from the
+    /// cluster for a while on inputs it had caught up with, and the
+    /// cluster's event time has reached `time_ms`. A record, so replay
+    /// fires the same timers.
+    Idle,
 }
 
 /// What a node agent observes (`unicron.agent`, key: node).

@@ -14,9 +14,12 @@ const T0: i64 = 1_780_000_000_000;
 
 /// The scenarios here were written on a timeline of 30-s heartbeat
 /// deadlines (the defaults before heartbeats came every second); what they
-/// test, ordering and correlation, does not depend on the values.
+/// test, ordering and correlation, does not depend on the values. Time
+/// passes in them by one node's records, so the cluster's clock is the
+/// newest node's (no skew tolerance).
 fn slow_timers() -> DetectorConfig {
     DetectorConfig {
+        max_clock_skew_s: 0.0,
         heartbeat_deadline_s: 30.0,
         allowed_lateness_s: 2.0,
         correlation_window_s: 5.0,
@@ -172,14 +175,15 @@ fn heartbeat_loss_is_detected_in_event_time_despite_out_of_order_records() {
     assert_eq!(f.method, DetectionMethod::Heartbeat);
     assert_eq!(f.node.as_deref(), Some("n1"));
     assert_eq!(f.first_evidence_ms, T0 + 19_000 - 500);
-    // Fires once the watermark (newest − 2 s lateness) passes last + 30 s.
+    // Fires once the watermark (newest − 2 s lateness) passes 30 s after
+    // the cluster's clock when n1's last beat arrived (n0 had reached 19 s).
     assert!(
-        f.detected_ms > T0 + 18_500 + 30_000 + 2_000,
+        f.detected_ms > T0 + 19_000 + 30_000 + 2_000,
         "{}",
         f.detected_ms
     );
     assert!(
-        f.detected_ms <= T0 + 18_500 + 30_000 + 3_000,
+        f.detected_ms <= T0 + 19_000 + 30_000 + 3_000,
         "{}",
         f.detected_ms
     );
@@ -694,4 +698,123 @@ fn timers_released_together_act_in_deadline_order() {
         vec![(FailureKind::LostConnection, Some("n1".to_string()))]
     );
     assert_eq!(node_loss_stalling_a_job(true), one_at_a_time);
+}
+
+#[test]
+fn with_the_default_timers_a_dead_node_is_reported_within_five_seconds() {
+    let mut h = Harness::with(DetectorConfig::default());
+    // Four nodes beat every second; n3 dies after 20 s.
+    for s in 0..40 {
+        let t = T0 + s * 1000;
+        for n in 0..4 {
+            if n != 3 || s < 20 {
+                h.heartbeat(&node(n), None, t);
+            }
+        }
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    let f = &h.failures[0];
+    assert_eq!(f.node.as_deref(), Some("n3"));
+    let delay = f.detected_ms - (T0 + 19_000);
+    assert!(
+        (3_000..=5_000).contains(&delay),
+        "{delay} ms after the last beat"
+    );
+}
+
+#[test]
+fn one_node_clock_ten_seconds_off_makes_no_other_node_look_silent() {
+    for skew in [10_000, -10_000] {
+        let mut h = Harness::with(DetectorConfig::default());
+        // n0 and n1 keep time, n2 runs `skew` off; a log line of n2's now
+        // and then. Records arrive in the order they are sent.
+        for s in 0..60 {
+            let t = T0 + s * 1000;
+            h.heartbeat("n0", None, t);
+            h.heartbeat("n1", None, t);
+            h.heartbeat("n2", None, t + skew);
+            if s % 7 == 0 {
+                h.log("n2", None, None, t + skew, "step 1200 loss 2.31");
+            }
+        }
+        assert!(h.failures.is_empty(), "skew {skew}: {:#?}", h.failures);
+        // The skewed node itself is still watched: it stops, it is lost.
+        for s in 60..70 {
+            let t = T0 + s * 1000;
+            h.heartbeat("n0", None, t);
+            h.heartbeat("n1", None, t);
+        }
+        let lost: Vec<_> = h.failures.iter().map(|f| f.node.clone()).collect();
+        assert_eq!(lost, vec![Some("n2".to_string())], "skew {skew}");
+    }
+}
+
+#[test]
+fn a_lone_survivor_still_sees_the_others_go_silent() {
+    let mut h = Harness::with(DetectorConfig::default());
+    for s in 0..10 {
+        for n in 0..3 {
+            h.heartbeat(&node(n), None, T0 + s * 1000);
+        }
+    }
+    // n1 and n2 die together; only n0 goes on.
+    for s in 10..60 {
+        h.heartbeat("n0", None, T0 + s * 1000);
+    }
+    let mut lost: Vec<_> = h.failures.iter().map(|f| f.node.clone().unwrap()).collect();
+    lost.sort();
+    assert_eq!(lost, vec!["n1", "n2"], "{:#?}", h.failures);
+}
+
+#[test]
+fn an_idle_tick_releases_a_held_symptom_on_a_quiet_input() {
+    let mut h = Harness::with(DetectorConfig::default());
+    // The cluster's only input: one log line, then nothing.
+    h.log(
+        "n0",
+        Some("j1"),
+        Some(3),
+        T0,
+        "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<5132> with error 12, opcode 0, len 0, vendor err 129 (Recv)",
+    );
+    assert!(h.failures.is_empty(), "held as a symptom");
+    assert_eq!(
+        h.detector.idle_candidates(),
+        vec![("c1".to_string(), T0)],
+        "waiting on a tick"
+    );
+    let mut tick = agent("unicron-detector", None, T0 + 2_000, AgentEventKind::Idle);
+    h.feed("unicron.agent", Observation::Agent(tick.clone()));
+    assert!(h.failures.is_empty(), "window not yet past the watermark");
+    tick.time_ms = T0 + 4_000;
+    h.feed("unicron.agent", Observation::Agent(tick));
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    assert_eq!(h.failures[0].kind, FailureKind::NetworkError);
+    assert_eq!(h.failures[0].node.as_deref(), Some("n0"));
+    assert!(h.detector.idle_candidates().is_empty(), "nothing pending");
+    // The tick is not a node: nobody is watched for its silence.
+    assert!(h.rejected.is_empty(), "{:?}", h.rejected);
+}
+
+#[test]
+fn a_partition_still_being_read_gets_no_idle_tick() {
+    let mut detector = Detector::new(DetectorConfig::default(), LogRules::builtin());
+    let input = DetectorInput {
+        source: Source {
+            topic: "unicron.agent".into(),
+            partition: 0,
+            offset: 0,
+            index: 0,
+        },
+        observation: Observation::Agent(agent("n0", None, T0, AgentEventKind::Heartbeat)),
+        caught_up: false,
+    };
+    detector.apply(&input);
+    assert!(detector.idle_candidates().is_empty());
+    let caught_up = DetectorInput {
+        caught_up: true,
+        ..input
+    };
+    detector.apply(&caught_up);
+    assert_eq!(detector.idle_candidates(), vec![("c1".to_string(), T0)]);
 }

@@ -10,7 +10,7 @@ use unicron_bus::formats::{self, ExternalInput};
 use unicron_bus::rebalance::RebalanceCounter;
 use unicron_bus::{AvroCodec, BusError, Consumer, DecodeError, KafkaConfig, Producer};
 use unicron_core::detector::{Detector, DetectorInput, DetectorOutput, Observation, Source};
-use unicron_core::{AgentEvent, FailureEvent, LogRecord, TelemetryBatch};
+use unicron_core::{AgentEvent, AgentEventKind, FailureEvent, LogRecord, TelemetryBatch};
 
 use crate::settings::DetectorSettings;
 
@@ -80,6 +80,8 @@ pub async fn run(
         decoders.insert(input.topic.clone(), Decoder::External(input.clone()));
     }
     let failures_topic = kafka.topic("failures");
+    let agent_topic = kafka.topic("agent");
+    let agent_codec: AvroCodec<AgentEvent> = AvroCodec::default();
     let failure_codec: AvroCodec<FailureEvent> = AvroCodec::default();
     let producer = Producer::new(kafka, brokers)?;
     let dlq = DeadLetterSink::new(
@@ -105,12 +107,24 @@ pub async fn run(
         Duration::from_secs_f64(settings.outage_grace_s),
         context.connection_losses(),
     );
+    let mut idle = IdleTicks::new(Duration::from_secs_f64(settings.idle_tick_s));
+    let mut idle_check = tokio::time::interval(idle.check_every());
+    idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Ready while this loop runs; not ready once it ends, however it ends.
     let _ready = unicron_bus::metrics::ReadyGuard::new(SERVICE);
     tokio::pin!(shutdown);
     loop {
         let record = tokio::select! {
             record = consumer.recv() => record?,
+            _ = idle_check.tick(), if idle.enabled() => {
+                for tick in idle.due(&detector, Instant::now()) {
+                    producer
+                        .send(&agent_topic, &tick.cluster, &tick, &agent_codec)
+                        .await?;
+                    metrics::counter!("unicron_detector_idle_ticks_total").increment(1);
+                }
+                continue;
+            }
             () = &mut shutdown => break,
         };
         if context.generation() != generation {
@@ -146,6 +160,9 @@ pub async fn run(
         );
         let mut problems = decoded.problems;
         let started = Instant::now();
+        for observation in &decoded.observations {
+            idle.heard_from(observation.cluster(), started);
+        }
         let mut failures = Vec::new();
         for (index, observation) in decoded.observations.into_iter().enumerate() {
             let input = DetectorInput {
@@ -229,6 +246,78 @@ impl OutageHold {
 
 const TIMERS_HELD: &str = "unicron_detector_silence_timers_held";
 
+/// The node name idle ticks carry: they come from the detector, not a node.
+pub const IDLE_TICK_NODE: &str = "unicron-detector";
+
+/// Idle ticks: when a cluster with a pending timer has had no record for
+/// `after` of wall time on inputs read to their end, its clock moves by
+/// that much, through a record on the agent topic that this detector (and
+/// replay) reads back. Wall time enters the detector only this way.
+struct IdleTicks {
+    after: Duration,
+    last_heard: BTreeMap<String, Instant>,
+}
+
+impl IdleTicks {
+    fn new(after: Duration) -> IdleTicks {
+        IdleTicks {
+            after,
+            last_heard: BTreeMap::new(),
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        !self.after.is_zero()
+    }
+
+    /// How often to look for idle clusters (a tick is at most this late).
+    fn check_every(&self) -> Duration {
+        (self.after / 4).max(Duration::from_millis(100))
+    }
+
+    fn heard_from(&mut self, cluster: &str, now: Instant) {
+        match self.last_heard.get_mut(cluster) {
+            Some(at) => *at = now,
+            None => {
+                self.last_heard.insert(cluster.to_string(), now);
+            }
+        }
+    }
+
+    /// The ticks due at `now`. None while silence timers are held: an
+    /// outage is no evidence of silence.
+    fn due(&mut self, detector: &Detector, now: Instant) -> Vec<AgentEvent> {
+        if detector.silence_timers_held() {
+            return Vec::new();
+        }
+        let mut ticks = Vec::new();
+        for (cluster, clock_ms) in detector.idle_candidates() {
+            let Some(heard) = self.last_heard.get_mut(&cluster) else {
+                self.last_heard.insert(cluster, now);
+                continue;
+            };
+            let quiet = now.saturating_duration_since(*heard);
+            if quiet < self.after {
+                continue;
+            }
+            *heard = now;
+            ticks.push(AgentEvent {
+                cluster,
+                node: IDLE_TICK_NODE.to_string(),
+                time_ms: clock_ms + quiet.as_millis() as i64,
+                kind: AgentEventKind::Idle,
+                job: None,
+                rank: None,
+                exit_code: None,
+                signal: None,
+                iteration: None,
+                iteration_time_ms: None,
+            });
+        }
+        ticks
+    }
+}
+
 fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
     tracing::info!(
         id = %failure.id,
@@ -295,6 +384,10 @@ fn describe_metrics() {
         "1 while heartbeat and hang timers wait after a lost broker connection."
     );
     metrics::gauge!(TIMERS_HELD).set(0.0);
+    metrics::describe_counter!(
+        "unicron_detector_idle_ticks_total",
+        "Idle ticks written for clusters whose inputs went quiet with a timer pending."
+    );
     metrics::describe_histogram!(
         "unicron_detector_apply_seconds",
         "Time to classify and correlate one input record, seconds."

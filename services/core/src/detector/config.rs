@@ -17,6 +17,11 @@ pub struct DetectorConfig {
     /// Records further than this ahead of the cluster's newest event time
     /// are rejected (a clock decades off must not move the watermark).
     pub max_future_skew_s: f64,
+    /// A node's clock may run this far ahead of the cluster's other nodes
+    /// without moving the cluster's clock (and so without making them look
+    /// silent); see docs/detector.md. 0: the newest node's time is the
+    /// cluster's clock.
+    pub max_clock_skew_s: f64,
     /// Symptoms (NCCL timeouts, network errors, abnormal exits) are held this
     /// long so one root cause can absorb what every rank reports about it.
     pub correlation_window_s: f64,
@@ -89,6 +94,7 @@ impl Default for DetectorConfig {
             heartbeat_deadline_s: 3.0,
             allowed_lateness_s: 1.0,
             max_future_skew_s: 3600.0,
+            max_clock_skew_s: 30.0,
             correlation_window_s: 2.0,
             suspect_after_s: 2.0,
             dedupe_window_s: 60.0,
@@ -162,6 +168,7 @@ impl DetectorConfig {
         }
         let non_negative = [
             ("allowed_lateness_s", self.allowed_lateness_s),
+            ("max_clock_skew_s", self.max_clock_skew_s),
             ("correlation_window_s", self.correlation_window_s),
             ("suspect_after_s", self.suspect_after_s),
             ("dedupe_window_s", self.dedupe_window_s),

@@ -162,6 +162,11 @@ impl Correlator {
         Offer::Emit(c)
     }
 
+    /// Whether symptoms are held, waiting for their window to close.
+    pub fn holds_any(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
     /// Groups whose window closed before `watermark_ms`, oldest first.
     pub fn expired(&mut self, watermark_ms: i64) -> Vec<Group> {
         let (mut due, keep): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.groups)

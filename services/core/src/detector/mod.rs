@@ -1,10 +1,12 @@
 //! The detector: telemetry, logs and agent events in; classified, correlated
-//! failure events out. Pure and event-time driven (DESIGN §4): the clock of a
-//! cluster is the newest event time seen from it, the watermark trails it by
-//! the allowed lateness, and every timer (heartbeat deadline, correlation
-//! window, hang) fires off the watermark.
+//! failure events out. Pure and event-time driven: the clock of a cluster is
+//! the event time its nodes have reached (robust to one node's clock running
+//! ahead, see [`ClusterView::clock`]), the watermark trails it by the allowed
+//! lateness, and every timer (heartbeat deadline, correlation window, hang)
+//! fires off the watermark. Idle ticks ([`AgentEventKind::Idle`]) move the
+//! clock of a cluster whose inputs went quiet.
 //!
-//! The four methods of PAPER.md plus correlation:
+//! The four detection methods (see docs/detector.md) plus correlation:
 //! log rules ([`rules`]), metric rules ([`metric_rules`]), heartbeat loss and
 //! process supervision (here), statistical monitoring ([`progress`]), and
 //! [`correlate`].
@@ -102,6 +104,9 @@ pub struct DetectorStats {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct NodeView {
     last_heartbeat_ms: Option<i64>,
+    /// The cluster's clock when that heartbeat was applied: deadlines run
+    /// from here, so a node whose own clock runs slow is not silent.
+    heard_ms: Option<i64>,
     heartbeat_evidence: Option<Evidence>,
     /// Reported lost; cleared by a heartbeat newer than the report.
     lost_at_ms: Option<i64>,
@@ -119,7 +124,12 @@ struct PartitionClock {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 struct ClusterView {
+    /// The cluster's clock: never goes back.
     newest_ms: Option<i64>,
+    /// Newest event time per reporting node, and the same ranked, for
+    /// [`ClusterView::clock`].
+    node_times: BTreeMap<String, i64>,
+    ranked: BTreeSet<(i64, String)>,
     /// Partitions (by topic) that carried this cluster's records.
     sources: BTreeMap<String, BTreeSet<i32>>,
     nodes: BTreeMap<String, NodeView>,
@@ -204,6 +214,37 @@ impl Detector {
         self.stats
     }
 
+    /// The clusters that wait on an idle tick, with their clocks: a timer
+    /// is pending (a heartbeat deadline, held symptoms, a job's hang) and
+    /// every partition that carried the cluster's records has been read to
+    /// its end. A cluster still being caught up on gets no tick: its own
+    /// records will move its clock.
+    pub fn idle_candidates(&self) -> Vec<(String, i64)> {
+        self.clusters
+            .iter()
+            .filter(|(_, view)| {
+                !view.deadlines.is_empty()
+                    || view.correlator.holds_any()
+                    || view
+                        .jobs
+                        .values()
+                        .any(|j| j.hang_deadline_ms(&self.config).is_some())
+            })
+            .filter(|(_, view)| {
+                view.sources.iter().all(|(topic, partitions)| {
+                    partitions.iter().all(|p| {
+                        !self
+                            .clocks
+                            .get(topic)
+                            .and_then(|c| c.get(p))
+                            .is_some_and(|clock| clock.behind)
+                    })
+                })
+            })
+            .filter_map(|(name, view)| Some((name.clone(), view.newest_ms?)))
+            .collect()
+    }
+
     /// Applies one input; returns the failures it completes, in order.
     pub fn apply(&mut self, input: &DetectorInput) -> Vec<DetectorOutput> {
         let mut outputs = Vec::new();
@@ -223,7 +264,7 @@ impl Detector {
                 if let Err(reason) = check_time(view.newest_ms, record.time_ms, &self.config) {
                     rejected.push(reason);
                 } else {
-                    advance(view, record.time_ms);
+                    view.advance(&record.node, record.time_ms, &self.config);
                     accepted_ms = accepted_ms.max(Some(record.time_ms));
                     candidates.extend(classify_log(
                         &self.rules,
@@ -245,7 +286,7 @@ impl Detector {
                         .observe(&self.config, &self.rules, &batch.node, sample)
                     {
                         Ok(found) => {
-                            advance(view, sample.time_ms);
+                            view.advance(&batch.node, sample.time_ms, &self.config);
                             accepted_ms = accepted_ms.max(Some(sample.time_ms));
                             for (kind, rule) in found {
                                 let job = sample.job.clone().or_else(|| {
@@ -279,13 +320,21 @@ impl Detector {
                     }
                 }
             }
+            Observation::Agent(event) if event.kind == AgentEventKind::Idle => {
+                // Not a node's report: only the clock moves.
+                if let Err(reason) = check_time(view.newest_ms, event.time_ms, &self.config) {
+                    rejected.push(reason);
+                } else {
+                    view.newest_ms = view.newest_ms.max(Some(event.time_ms));
+                }
+            }
             Observation::Agent(event) => {
                 if let Err(reason) = check_time(view.newest_ms, event.time_ms, &self.config) {
                     rejected.push(reason);
                 } else if let Err(reason) = validate_agent(event) {
                     rejected.push(reason);
                 } else {
-                    advance(view, event.time_ms);
+                    view.advance(&event.node, event.time_ms, &self.config);
                     accepted_ms = accepted_ms.max(Some(event.time_ms));
                     candidates.extend(on_agent(&self.config, view, event, &input.source));
                 }
@@ -515,7 +564,7 @@ impl Detector {
                 .filter(|n| {
                     view.nodes.get(*n).is_some_and(|v| {
                         v.lost_at_ms.is_none()
-                            && v.last_heartbeat_ms
+                            && v.heard_ms
                                 .is_some_and(|t| t + ms(self.config.suspect_after_s) < newest)
                     })
                 })
@@ -568,20 +617,47 @@ impl Detector {
 }
 
 impl ClusterView {
+    /// Records that `node` reported `time_ms` and moves the clock.
+    fn advance(&mut self, node: &str, time_ms: i64, config: &DetectorConfig) {
+        match self.node_times.get_mut(node) {
+            Some(t) if *t >= time_ms => return,
+            Some(t) => {
+                self.ranked.remove(&(*t, node.to_string()));
+                *t = time_ms;
+            }
+            None => {
+                self.node_times.insert(node.to_string(), time_ms);
+            }
+        }
+        self.ranked.insert((time_ms, node.to_string()));
+        self.newest_ms = self.newest_ms.max(self.clock(config));
+    }
+
+    /// The event time the cluster has reached. With three or more nodes
+    /// that is the second newest node's time, so one node whose clock runs
+    /// ahead cannot make every other node look silent; but never more than
+    /// `max_clock_skew_s` behind the newest, so a cluster in which one node
+    /// survives still sees the others go silent.
+    fn clock(&self, config: &DetectorConfig) -> Option<i64> {
+        let mut newest_first = self.ranked.iter().rev().map(|(t, _)| *t);
+        let newest = newest_first.next()?;
+        if self.ranked.len() < 3 {
+            return Some(newest);
+        }
+        let second = newest_first.next().unwrap_or(newest);
+        Some(second.max(newest - ms(config.max_clock_skew_s)))
+    }
+
     /// Marks `node` reported lost at `at`: its heartbeat timer stops.
     fn mark_lost(&mut self, node: &str, at: i64, deadline_ms: i64) {
         if let Some(view) = self.nodes.get_mut(node) {
-            if let (Some(last), None) = (view.last_heartbeat_ms, view.lost_at_ms) {
+            if let (Some(last), None) = (view.heard_ms, view.lost_at_ms) {
                 self.deadlines
                     .remove(&(last + deadline_ms, node.to_string()));
             }
             view.lost_at_ms = Some(view.lost_at_ms.map_or(at, |t| t.max(at)));
         }
     }
-}
-
-fn advance(view: &mut ClusterView, time_ms: i64) {
-    view.newest_ms = Some(view.newest_ms.map_or(time_ms, |t| t.max(time_ms)));
 }
 
 fn check_time(newest: Option<i64>, time_ms: i64, config: &DetectorConfig) -> Result<(), String> {
@@ -665,11 +741,14 @@ fn on_agent(
         AgentEventKind::Heartbeat => {
             if node.last_heartbeat_ms.is_none_or(|t| event.time_ms > t) {
                 let deadline = ms(config.heartbeat_deadline_s);
-                if let (Some(last), None) = (node.last_heartbeat_ms, node.lost_at_ms) {
+                if let (Some(heard), None) = (node.heard_ms, node.lost_at_ms) {
                     view.deadlines
-                        .remove(&(last + deadline, event.node.clone()));
+                        .remove(&(heard + deadline, event.node.clone()));
                 }
+                // Applied after the clock moved, so never behind the event.
+                let heard = view.newest_ms.unwrap_or(event.time_ms);
                 node.last_heartbeat_ms = Some(event.time_ms);
+                node.heard_ms = Some(heard);
                 node.heartbeat_evidence = Some(evidence(
                     source,
                     &event.node,
@@ -682,7 +761,7 @@ fn on_agent(
                 }
                 if node.lost_at_ms.is_none() {
                     view.deadlines
-                        .insert((event.time_ms + deadline, event.node.clone()));
+                        .insert((heard + deadline, event.node.clone()));
                 }
             }
             Vec::new()
@@ -768,7 +847,7 @@ fn on_agent(
                 })
                 .collect()
         }
-        AgentEventKind::Unknown => Vec::new(),
+        AgentEventKind::Unknown | AgentEventKind::Idle => Vec::new(),
     }
 }
 
