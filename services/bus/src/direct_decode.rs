@@ -189,7 +189,6 @@ pub fn agent_event(c: &mut Cursor<'_>) -> Result<AgentEvent> {
             1 => AgentEventKind::ProcessExit,
             2 => AgentEventKind::IterationDone,
             3 => AgentEventKind::Unknown,
-            4 => AgentEventKind::Idle,
             other => return Err(format!("AgentEventKind symbol {other}")),
         },
         job: optional(c, Cursor::string)?,
@@ -198,6 +197,11 @@ pub fn agent_event(c: &mut Cursor<'_>) -> Result<AgentEvent> {
         signal: optional(c, Cursor::int)?,
         iteration: optional(c, Cursor::long)?,
         iteration_time_ms: optional(c, Cursor::double)?,
+        idle_tick: match c.take(1)? {
+            [0] => false,
+            [1] => true,
+            other => return Err(format!("boolean byte {other:?}")),
+        },
     })
 }
 
@@ -281,7 +285,6 @@ mod tests {
             AgentEventKind::ProcessExit,
             AgentEventKind::IterationDone,
             AgentEventKind::Unknown,
-            AgentEventKind::Idle,
         ];
         for (i, kind) in kinds.into_iter().enumerate() {
             let some = i % 2 == 0;
@@ -296,6 +299,7 @@ mod tests {
                 signal: some.then_some(15),
                 iteration: (!some).then_some(i64::MAX),
                 iteration_time_ms: some.then_some(1234.5),
+                idle_tick: false,
             };
             let bytes = codec.encode(&value).unwrap();
             let mut c = Cursor::new(&bytes);

@@ -239,7 +239,6 @@ fn agent() -> impl Strategy<Value = AgentEvent> {
         Just(AgentEventKind::ProcessExit),
         Just(AgentEventKind::IterationDone),
         Just(AgentEventKind::Unknown),
-        Just(AgentEventKind::Idle),
     ];
     (
         (text(), text(), any::<i64>(), kind),
@@ -262,6 +261,7 @@ fn agent() -> impl Strategy<Value = AgentEvent> {
                 signal,
                 iteration,
                 iteration_time_ms,
+                idle_tick: false,
             },
         )
 }

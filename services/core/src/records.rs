@@ -59,11 +59,6 @@ pub enum AgentEventKind {
     ProcessExit,
     IterationDone,
     Unknown,
-    /// Written by the detector, not an agent: nothing arrived from the
-    /// cluster for a while on inputs it had caught up with, and the
-    /// cluster's event time has reached `time_ms`. A record, so replay
-    /// fires the same timers.
-    Idle,
 }
 
 /// What a node agent observes (`unicron.agent`, key: node).
@@ -85,6 +80,12 @@ pub struct AgentEvent {
     pub iteration: Option<i64>,
     #[serde(default)]
     pub iteration_time_ms: Option<f64>,
+    /// Written by the detector, not an agent (kind `Unknown`): nothing
+    /// arrived from the cluster for a while on inputs it had read to their
+    /// end, and the cluster's event time has reached `time_ms`. A record,
+    /// so replay fires the same timers.
+    #[serde(default)]
+    pub idle_tick: bool,
 }
 
 /// Which detection method raised a [`FailureEvent`].

@@ -146,6 +146,7 @@ fn agent(node: &str, job: Option<&str>, t: i64, kind: AgentEventKind) -> AgentEv
         signal: None,
         iteration: None,
         iteration_time_ms: None,
+        idle_tick: false,
     }
 }
 
@@ -783,7 +784,13 @@ fn an_idle_tick_releases_a_held_symptom_on_a_quiet_input() {
         vec![("c1".to_string(), T0)],
         "waiting on a tick"
     );
-    let mut tick = agent("unicron-detector", None, T0 + 2_000, AgentEventKind::Idle);
+    let mut tick = agent(
+        "unicron-detector",
+        None,
+        T0 + 2_000,
+        AgentEventKind::Unknown,
+    );
+    tick.idle_tick = true;
     h.feed("unicron.agent", Observation::Agent(tick.clone()));
     assert!(h.failures.is_empty(), "window not yet past the watermark");
     tick.time_ms = T0 + 4_000;

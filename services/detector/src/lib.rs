@@ -11,5 +11,5 @@
 mod service;
 mod settings;
 
-pub use service::{DetectorError, run};
+pub use service::{DetectorError, IDLE_TICK_NODE, run};
 pub use settings::DetectorSettings;

@@ -305,13 +305,14 @@ impl IdleTicks {
                 cluster,
                 node: IDLE_TICK_NODE.to_string(),
                 time_ms: clock_ms + quiet.as_millis() as i64,
-                kind: AgentEventKind::Idle,
+                kind: AgentEventKind::Unknown,
                 job: None,
                 rank: None,
                 exit_code: None,
                 signal: None,
                 iteration: None,
                 iteration_time_ms: None,
+                idle_tick: true,
             });
         }
         ticks

@@ -542,6 +542,7 @@ async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
         signal: None,
         iteration: None,
         iteration_time_ms: None,
+        idle_tick: false,
     };
     let log_codec = AvroCodec::<LogRecord>::default();
     let telemetry_codec = AvroCodec::<TelemetryBatch>::default();
@@ -622,5 +623,66 @@ async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
         assert_eq!(letter.payload_size, payload.len() as i64);
     }
     assert_eq!(seen.len(), sent.len());
+    detector.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_topic_created_later_is_read_in_seconds_and_a_quiet_input_is_not_left_holding()
+{
+    let h = Harness::new();
+    let detector = h.start(DetectorSettings::default());
+    let failures = h.reader("failures", "t-failures");
+    let agent = h.reader("agent", "t-agent");
+    tokio::time::sleep(Duration::from_secs(3)).await; // subscribed, otlp_logs absent
+
+    // The Collector starts after unicron: its topic appears now.
+    h.broker.create_topic("otlp_logs", 1).unwrap();
+    let sent = std::time::Instant::now();
+    h.producer
+        .send_bytes(
+            "otlp_logs",
+            b"",
+            &otlp_payload("logs", "proto", "late-host"),
+        )
+        .await
+        .unwrap();
+    // librdkafka's default metadata refresh would take five minutes; a
+    // functional bound far below that, the time itself is printed.
+    let got: Vec<FailureEvent> =
+        unicron_bus::testing::read_records(&failures, 1, Duration::from_secs(60)).await;
+    eprintln!(
+        "new topic: failure read {:?} after the first record",
+        sent.elapsed()
+    );
+    assert_eq!(got[0].node.as_deref(), Some("late-host"));
+
+    // One held symptom and then silence: an idle tick releases it.
+    let t = now_ms();
+    h.log(
+        "n1",
+        t,
+        "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<5132> with error 12, opcode 0, len 0, vendor err 129 (Recv)",
+    )
+    .await;
+    let got: Vec<FailureEvent> = read(&failures, 1).await;
+    assert_eq!(
+        (
+            got[0].kind,
+            got[0].node.as_deref(),
+            got[0].first_evidence_ms
+        ),
+        (FailureKind::NetworkError, Some("n1"), t)
+    );
+    // The ticks that moved the clock are records, there for replay.
+    let ticks: Vec<AgentEvent> = read(&agent, 1).await;
+    assert_eq!(
+        (
+            ticks[0].idle_tick,
+            ticks[0].cluster.as_str(),
+            ticks[0].node.as_str()
+        ),
+        (true, "c1", unicron_detector::IDLE_TICK_NODE)
+    );
+    assert!(ticks[0].time_ms > t, "{} after {t}", ticks[0].time_ms);
     detector.stop().await;
 }

@@ -475,6 +475,7 @@ impl Sim {
             signal,
             iteration: None,
             iteration_time_ms: None,
+            idle_tick: false,
         })
     }
 
@@ -513,6 +514,7 @@ impl Sim {
                         signal: None,
                         iteration: Some(job.iteration as i64),
                         iteration_time_ms: Some(iteration_s * 1000.0 * jitter),
+                        idle_tick: false,
                     }));
                 }
                 if job.iteration % self.config.log_every_iterations == 0 {
@@ -580,6 +582,7 @@ impl Sim {
                     signal: None,
                     iteration: None,
                     iteration_time_ms: None,
+                    idle_tick: false,
                 }));
             }
             if matches!(node.state, NodeState::Isolated { .. }) {

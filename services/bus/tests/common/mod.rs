@@ -77,6 +77,7 @@ pub fn agent(full: bool) -> AgentEvent {
         signal: full.then_some(9),
         iteration: full.then_some(1200),
         iteration_time_ms: full.then_some(1534.25),
+        idle_tick: false,
     }
 }
 

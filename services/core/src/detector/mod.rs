@@ -320,7 +320,7 @@ impl Detector {
                     }
                 }
             }
-            Observation::Agent(event) if event.kind == AgentEventKind::Idle => {
+            Observation::Agent(event) if event.idle_tick => {
                 // Not a node's report: only the clock moves.
                 if let Err(reason) = check_time(view.newest_ms, event.time_ms, &self.config) {
                     rejected.push(reason);
@@ -847,7 +847,7 @@ fn on_agent(
                 })
                 .collect()
         }
-        AgentEventKind::Unknown | AgentEventKind::Idle => Vec::new(),
+        AgentEventKind::Unknown => Vec::new(),
     }
 }
 
