@@ -2,13 +2,15 @@
 //!
 //! All keywords of all rules go into one Aho-Corasick automaton; a line that
 //! contains none of them (nearly every line) is benign after that single
-//! scan. Only lines with a keyword hit run the rules' `RegexSet`, and only
-//! the winning rule's own regex runs again to read captures.
+//! scan. A line with keyword hits runs only the regexes of the rules whose
+//! keywords it contains, in file order, until one matches: one big
+//! `RegexSet` of every rule was tried and is far slower once the rules are
+//! many and long (it runs them all, on every hit).
 
 use std::collections::BTreeMap;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
-use regex::{Regex, RegexSet};
+use regex::Regex;
 use serde::Deserialize;
 
 use crate::taxonomy::{FailureKind, Severity};
@@ -142,7 +144,6 @@ pub struct LogRules {
     prefilter: AhoCorasick,
     /// Keyword pattern index → rule index.
     keyword_rule: Vec<usize>,
-    set: RegexSet,
     /// XID code → kind (`None`: benign code).
     xid: BTreeMap<u32, Option<FailureKind>>,
     xid_default: Option<FailureKind>,
@@ -181,7 +182,6 @@ impl LogRules {
         let mut rules = Vec::new();
         let mut keywords = Vec::new();
         let mut keyword_rule = Vec::new();
-        let mut patterns = Vec::new();
         let mut names = std::collections::BTreeSet::new();
         for spec in file.rules.into_iter().filter(|r| !r.disable) {
             let err = |field: &'static str, reason: String| RulesError::Rule {
@@ -241,7 +241,6 @@ impl LogRules {
                 keywords.push(keyword.clone());
                 keyword_rule.push(rules.len());
             }
-            patterns.push(pattern);
             rules.push(Rule {
                 name: spec.name,
                 kind,
@@ -261,13 +260,11 @@ impl LogRules {
             .match_kind(MatchKind::Standard)
             .build(&keywords)
             .map_err(|e| RulesError::Parse(format!("keywords: {e}")))?;
-        let set = RegexSet::new(&patterns).map_err(|e| RulesError::Parse(e.to_string()))?;
         let (xid, xid_default) = xid_table(&file.xid)?;
         Ok(LogRules {
             rules,
             prefilter,
             keyword_rule,
-            set,
             xid,
             xid_default,
         })
@@ -301,11 +298,16 @@ impl LogRules {
         if !any {
             return Verdict::Benign;
         }
-        for index in self.set.matches(line).iter() {
-            if candidates[index / 64] & (1 << (index % 64)) == 0 {
+        let candidates = candidates.iter().enumerate().flat_map(|(word, bits)| {
+            (0..64)
+                .filter(move |bit| bits & (1 << bit) != 0)
+                .map(move |bit| word * 64 + bit)
+        });
+        for index in candidates {
+            let rule = &self.rules[index];
+            if !rule.regex.is_match(line) {
                 continue;
             }
-            let rule = &self.rules[index];
             if rule.unless.as_ref().is_some_and(|u| u.is_match(line)) {
                 continue;
             }
