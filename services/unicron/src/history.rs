@@ -85,6 +85,10 @@ pub struct History {
     pub telemetry: Vec<Recorded<TelemetryBatch>>,
     pub logs: Vec<Recorded<LogRecord>>,
     pub agent: Vec<Recorded<AgentEvent>>,
+    /// Observations of the detector's external inputs (OTLP, Prometheus
+    /// adapter, Vector, Fluent Bit topics), split as the service splits
+    /// them; read from Kafka only (the archive keeps unicron's own topics).
+    pub external: Vec<SourcedObservation>,
     pub failures: Vec<Recorded<FailureEvent>>,
     pub cluster: Vec<Recorded<ClusterEvent>>,
     pub results: Vec<Recorded<CommandResult>>,
@@ -105,6 +109,8 @@ pub struct TopicNames {
     pub results: String,
     pub decisions: String,
     pub commands: String,
+    /// The detector's external inputs, by full topic name.
+    pub external: Vec<unicron_bus::formats::ExternalInput>,
 }
 
 impl TopicNames {
@@ -118,8 +124,48 @@ impl TopicNames {
             results: kafka.topic("command-results"),
             decisions: kafka.topic("decisions"),
             commands: kafka.topic("commands"),
+            external: Vec::new(),
         }
     }
+
+    /// These names plus the detector's external inputs.
+    pub fn with_inputs(mut self, inputs: &[unicron_bus::formats::ExternalInput]) -> TopicNames {
+        self.external = inputs.to_vec();
+        self
+    }
+}
+
+/// The observations of an external input topic, from Kafka. Records that
+/// decode to nothing were dead-lettered when live and are counted here.
+fn load_external(
+    origin: &Origin<'_>,
+    input: &unicron_bus::formats::ExternalInput,
+    undecodable: &mut u64,
+) -> anyhow::Result<Vec<SourcedObservation>> {
+    let Origin::Kafka { config, brokers } = origin else {
+        return Ok(Vec::new());
+    };
+    let raw = unicron_bus::history::read_topic(config, brokers, &input.topic)
+        .with_context(|| format!("reading {} from {brokers}", input.topic))?;
+    let mut out = Vec::new();
+    for r in raw {
+        let decoded = unicron_bus::formats::decode(input, &r.payload);
+        if decoded.observations.is_empty() {
+            *undecodable += 1;
+        }
+        for (index, observation) in decoded.observations.into_iter().enumerate() {
+            out.push(SourcedObservation {
+                source: Source {
+                    topic: r.topic.clone(),
+                    partition: r.partition,
+                    offset: r.offset,
+                    index: index as u32,
+                },
+                observation,
+            });
+        }
+    }
+    Ok(out)
 }
 
 fn load<T: AvroRecord>(
@@ -190,6 +236,10 @@ impl History {
             h.telemetry = load(origin, &read(&names.telemetry), &mut bad)?;
             h.logs = load(origin, &read(&names.logs), &mut bad)?;
             h.agent = load(origin, &read(&names.agent), &mut bad)?;
+            for input in &names.external {
+                read(&input.topic);
+                h.external.extend(load_external(origin, input, &mut bad)?);
+            }
         }
         h.failures = load(origin, &read(&names.failures), &mut bad)?;
         h.cluster = load(origin, &read(&names.cluster), &mut bad)?;
@@ -209,7 +259,8 @@ impl History {
             + self.cluster.len()
             + self.results.len()
             + self.decisions.len()
-            + self.commands.len()) as u64
+            + self.commands.len()
+            + self.external.len()) as u64
     }
 
     /// The planner's inputs by (topic, partition, offset).
@@ -281,6 +332,12 @@ impl History {
                 observation: Observation::Agent(r.record.clone()),
             });
         }
+        out.extend(
+            self.external
+                .iter()
+                .filter(|o| keep(o.observation.cluster()))
+                .cloned(),
+        );
         out
     }
 }

@@ -85,14 +85,15 @@ pub struct WhatIf {
 }
 
 pub fn run(config: &Config, args: ReplayArgs) -> anyhow::Result<()> {
-    let names = TopicNames::new(&config.kafka);
+    let names = TopicNames::new(&config.kafka).with_inputs(&config.detector.inputs);
     let origin = args.history.origin(&config.kafka)?;
     let what_if_config = match &args.what_if_config {
         Some(path) => Some(Config::load(Some(path)).map_err(|e| UsageError(e.to_string()))?),
         None => None,
     };
-    // Eight topics to read, then decisions, failures and the what-if.
-    let progress = Progress::new(11);
+    // Eight topics and the external inputs to read, then decisions,
+    // failures and the what-if.
+    let progress = Progress::new(11 + config.detector.inputs.len() as u64);
     let history = History::load(
         &origin,
         names,

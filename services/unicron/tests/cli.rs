@@ -700,3 +700,73 @@ fn classify_prints_one_verdict_per_line_and_rejects_bad_rules() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("rule `mine`: field `pattern`"), "{err}");
 }
+
+/// A site whose only input is the OpenTelemetry Collector's `otlp_logs`
+/// (created after unicron started): the failure it carries is detected, and
+/// `replay --from-kafka` re-derives it from that topic.
+#[test]
+fn replay_re_derives_failures_from_an_otlp_only_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = common::Running(
+        unicron()
+            .args(["up", "--no-sim", "--duration", "120s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let broker = first.strip_prefix("broker: ").unwrap().to_string();
+    // The OpenTelemetry SDK's own encoder makes the record; kcat sends a
+    // file as one record.
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../detector/tests/producers/otlp_payload.py"
+    );
+    let payload = Command::new("python3")
+        .args([script, "logs", "proto", "otlp-host"])
+        .output()
+        .expect("python3 with the OpenTelemetry SDK (./dev test installs it)");
+    assert!(payload.status.success(), "{}", text(&payload.stderr));
+    let file = dir.path().join("request.pb");
+    std::fs::write(&file, &payload.stdout).unwrap();
+    let sent = Command::new("kcat")
+        .args([
+            "-P",
+            "-b",
+            &broker,
+            "-t",
+            "otlp_logs",
+            file.to_str().unwrap(),
+        ])
+        .status()
+        .expect("kcat (./dev test installs it)");
+    assert!(sent.success());
+
+    // Replay until the live failure is in the history and re-derived (a
+    // bounded wait: the detector finds the new topic within seconds).
+    let report = dir.path().join("replay.json");
+    let mut last = serde_json::Value::Null;
+    for _ in 0..60 {
+        let out = run(&[
+            "replay",
+            "--from-kafka",
+            "--brokers",
+            &broker,
+            "--json",
+            report.to_str().unwrap(),
+        ]);
+        if let Ok(text) = std::fs::read_to_string(&report) {
+            last = serde_json::from_str(&text).unwrap();
+            if last["failures"]["identical"].as_u64().unwrap_or(0) >= 1 {
+                assert!(out.status.success(), "{last:#}");
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert_eq!(last["failures"]["compared"], 1, "{last:#}");
+    assert_eq!(last["failures"]["identical"], 1, "{last:#}");
+    assert_eq!(last["diverged"], 0, "{last:#}");
+}
