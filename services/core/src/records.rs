@@ -88,6 +88,26 @@ pub struct AgentEvent {
     pub idle_tick: bool,
 }
 
+impl AgentEvent {
+    /// An idle tick: `cluster`'s event time has reached `time_ms` (see
+    /// [`AgentEvent::idle_tick`]); `node` names the detector that wrote it.
+    pub fn idle(cluster: &str, node: &str, time_ms: i64) -> AgentEvent {
+        AgentEvent {
+            cluster: cluster.to_string(),
+            node: node.to_string(),
+            time_ms,
+            kind: AgentEventKind::Unknown,
+            job: None,
+            rank: None,
+            exit_code: None,
+            signal: None,
+            iteration: None,
+            iteration_time_ms: None,
+            idle_tick: true,
+        }
+    }
+}
+
 /// Which detection method raised a [`FailureEvent`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -784,13 +784,7 @@ fn an_idle_tick_releases_a_held_symptom_on_a_quiet_input() {
         vec![("c1".to_string(), T0)],
         "waiting on a tick"
     );
-    let mut tick = agent(
-        "unicron-detector",
-        None,
-        T0 + 2_000,
-        AgentEventKind::Unknown,
-    );
-    tick.idle_tick = true;
+    let mut tick = AgentEvent::idle("c1", "unicron-detector", T0 + 2_000);
     h.feed("unicron.agent", Observation::Agent(tick.clone()));
     assert!(h.failures.is_empty(), "window not yet past the watermark");
     tick.time_ms = T0 + 4_000;

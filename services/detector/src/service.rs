@@ -10,7 +10,7 @@ use unicron_bus::formats::{self, ExternalInput};
 use unicron_bus::rebalance::RebalanceCounter;
 use unicron_bus::{AvroCodec, BusError, Consumer, DecodeError, KafkaConfig, Producer};
 use unicron_core::detector::{Detector, DetectorInput, DetectorOutput, Observation, Source};
-use unicron_core::{AgentEvent, AgentEventKind, FailureEvent, LogRecord, TelemetryBatch};
+use unicron_core::{AgentEvent, FailureEvent, LogRecord, TelemetryBatch};
 
 use crate::settings::DetectorSettings;
 
@@ -118,10 +118,31 @@ pub async fn run(
             record = consumer.recv() => record?,
             _ = idle_check.tick(), if idle.enabled() => {
                 for tick in idle.due(&detector, Instant::now()) {
-                    producer
+                    let at = producer
                         .send(&agent_topic, &tick.cluster, &tick, &agent_codec)
                         .await?;
                     metrics::counter!("unicron_detector_idle_ticks_total").increment(1);
+                    // Applied here at once: with several detectors the
+                    // tick's partition may be another's. Reading it back
+                    // (here or in replay) moves the clock to the same time.
+                    let input = DetectorInput {
+                        source: Source {
+                            topic: agent_topic.clone(),
+                            partition: at.partition,
+                            offset: at.offset,
+                            index: 0,
+                        },
+                        observation: Observation::Agent(tick),
+                        caught_up: true,
+                    };
+                    for output in detector.apply(&input) {
+                        if let DetectorOutput::Failure(failure) = output {
+                            producer
+                                .send(&failures_topic, &failure.cluster, &failure, &failure_codec)
+                                .await?;
+                            record_failure(&failure, None);
+                        }
+                    }
                 }
                 continue;
             }
@@ -188,7 +209,7 @@ pub async fn run(
             producer
                 .send(&failures_topic, &failure.cluster, failure, &failure_codec)
                 .await?;
-            record_failure(failure, &record);
+            record_failure(failure, Some(&record));
         }
         if !problems.is_empty() {
             let more = problems.len() - 1;
@@ -301,25 +322,19 @@ impl IdleTicks {
                 continue;
             }
             *heard = now;
-            ticks.push(AgentEvent {
-                cluster,
-                node: IDLE_TICK_NODE.to_string(),
-                time_ms: clock_ms + quiet.as_millis() as i64,
-                kind: AgentEventKind::Unknown,
-                job: None,
-                rank: None,
-                exit_code: None,
-                signal: None,
-                iteration: None,
-                iteration_time_ms: None,
-                idle_tick: true,
-            });
+            ticks.push(AgentEvent::idle(
+                &cluster,
+                IDLE_TICK_NODE,
+                clock_ms + quiet.as_millis() as i64,
+            ));
         }
         ticks
     }
 }
 
-fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
+/// Logs and counts a published failure; `record` is what triggered it
+/// (none for an idle tick's timers).
+fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
     tracing::info!(
         id = %failure.id,
         kind = %failure.kind,
@@ -337,7 +352,7 @@ fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
     // Wall-clock age of the triggering record: operational only, never an
     // input to a decision.
     if let (Some(produced), Ok(now)) = (
-        record.timestamp_ms,
+        record.and_then(|r| r.timestamp_ms),
         SystemTime::now().duration_since(UNIX_EPOCH),
     ) {
         let age = (now.as_millis() as i64 - produced).max(0) as f64 / 1000.0;

@@ -343,32 +343,38 @@ impl Detector {
         let Source {
             topic, partition, ..
         } = &input.source;
-        if !view
-            .sources
-            .get(topic)
-            .is_some_and(|p| p.contains(partition))
+        // An idle tick says nothing about the partition it sits on: the
+        // detector that wrote it applies it at once, before reading it back.
+        let tick = matches!(obs, Observation::Agent(e) if e.idle_tick);
+        if !tick
+            && !view
+                .sources
+                .get(topic)
+                .is_some_and(|p| p.contains(partition))
         {
             view.sources
                 .entry(topic.clone())
                 .or_default()
                 .insert(*partition);
         }
-        let clock = match self.clocks.get_mut(topic) {
-            Some(partitions) => partitions.entry(*partition).or_default(),
-            None => self
-                .clocks
-                .entry(topic.clone())
-                .or_default()
-                .entry(*partition)
-                .or_default(),
-        };
-        clock.newest_ms = clock.newest_ms.max(accepted_ms);
-        match (clock.behind, input.caught_up) {
-            (false, false) => self.behind += 1,
-            (true, true) => self.behind -= 1,
-            _ => {}
+        if !tick {
+            let clock = match self.clocks.get_mut(topic) {
+                Some(partitions) => partitions.entry(*partition).or_default(),
+                None => self
+                    .clocks
+                    .entry(topic.clone())
+                    .or_default()
+                    .entry(*partition)
+                    .or_default(),
+            };
+            clock.newest_ms = clock.newest_ms.max(accepted_ms);
+            match (clock.behind, input.caught_up) {
+                (false, false) => self.behind += 1,
+                (true, true) => self.behind -= 1,
+                _ => {}
+            }
+            clock.behind = !input.caught_up;
         }
-        clock.behind = !input.caught_up;
         for reason in rejected.iter().take(1) {
             self.stats.rejected += 1;
             let more = rejected.len() - 1;
