@@ -167,11 +167,28 @@ fn replay(
 
     progress.say("re-deriving failures");
     let observations = history.observations(args.cluster.as_deref());
+    // The archive keeps no external input topic: failures found on one
+    // cannot be re-derived from it, so they are not compared.
+    let unreadable: Vec<&str> = if args.history.from_archive.is_some() {
+        config
+            .detector
+            .inputs
+            .iter()
+            .map(|i| i.topic.as_str())
+            .collect()
+    } else {
+        Vec::new()
+    };
     let recorded_failures: Vec<_> = history
         .failures
         .iter()
         .map(|r| r.record.clone())
         .filter(|f| args.cluster.as_deref().is_none_or(|c| c == f.cluster))
+        .filter(|f| {
+            f.evidence
+                .first()
+                .is_none_or(|e| !unreadable.contains(&e.topic.as_str()))
+        })
         .collect();
     let mut detector = Detector::new(config.detector.tuning.clone(), config.detector.rules()?);
     let replayed_failures = detect_in_order(&mut detector, observations.clone());
