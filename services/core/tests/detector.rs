@@ -819,3 +819,27 @@ fn a_partition_still_being_read_gets_no_idle_tick() {
     detector.apply(&caught_up);
     assert_eq!(detector.idle_candidates(), vec![("c1".to_string(), T0)]);
 }
+
+#[test]
+fn an_idle_tick_leaves_the_partition_it_sits_on_alone() {
+    let mut detector = Detector::new(DetectorConfig::default(), LogRules::builtin());
+    let on = |partition, observation, caught_up| DetectorInput {
+        source: Source {
+            topic: "unicron.agent".into(),
+            partition,
+            offset: 0,
+            index: 0,
+        },
+        observation,
+        caught_up,
+    };
+    // Partition 1 is behind for c1: no tick is due.
+    let beat = Observation::Agent(agent("n0", None, T0, AgentEventKind::Heartbeat));
+    detector.apply(&on(1, beat, false));
+    assert!(detector.idle_candidates().is_empty());
+    // A tick applied from partition 1 (where it was written) does not mark
+    // that partition caught up: the consumer has not read it to its end.
+    let tick = AgentEvent::idle("c1", "unicron-detector", T0 + 1_000);
+    detector.apply(&on(1, Observation::Agent(tick), true));
+    assert!(detector.idle_candidates().is_empty());
+}

@@ -569,9 +569,13 @@ impl Detector {
                 .filter(|n| !reporters.contains(&n.as_str()))
                 .filter(|n| {
                     view.nodes.get(*n).is_some_and(|v| {
+                        // Silent against the watermark, as deadlines are:
+                        // a heartbeat up to the lateness late still counts.
                         v.lost_at_ms.is_none()
-                            && v.heard_ms
-                                .is_some_and(|t| t + ms(self.config.suspect_after_s) < newest)
+                            && v.heard_ms.is_some_and(|t| {
+                                t + ms(self.config.suspect_after_s)
+                                    < newest - ms(self.config.allowed_lateness_s)
+                            })
                     })
                 })
                 .collect();
