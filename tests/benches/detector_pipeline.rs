@@ -17,7 +17,7 @@ use unicron_detector::DetectorSettings;
 
 const NODES: usize = 48;
 // 7,200 batches of ~3.4 KB: well under the embedded broker's 5 MB per
-// partition (DESIGN §5), so nothing is dropped before it is read.
+// partition (docs/design.md §5), so nothing is dropped before it is read.
 const BATCHES_PER_NODE: usize = 150;
 const SAMPLES: usize = 64;
 const LATENCY_ROUNDS: usize = 300;

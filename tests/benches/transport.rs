@@ -12,7 +12,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use unicron_bus::EmbeddedBroker;
 
 /// 48,000 records of 1 KB over 12 partitions: 4 MB each, under the
-/// embedded broker's 5 MB per partition (DESIGN §5), so nothing is dropped.
+/// embedded broker's 5 MB per partition (docs/design.md §5), so nothing is dropped.
 const RECORDS: usize = 48_000;
 const PARTITIONS: i32 = 12;
 

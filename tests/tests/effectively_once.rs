@@ -1,4 +1,4 @@
-//! DESIGN §4's effectively-once pattern across the real pieces: inputs read
+//! docs/design.md §4's effectively-once pattern across the real pieces: inputs read
 //! from the embedded broker, state + offsets + outbox committed in one
 //! RocksDB batch, the outbox published with the idempotent producer. The
 //! processor is stopped dead between commit and publish again and again;

@@ -98,7 +98,7 @@ impl<T: AvroRecord> AvroCodec<T> {
     /// Encodes through apache-avro's generic `Value`: slower, and Avro maps
     /// come out in `HashMap` order, so equal records may give different
     /// bytes. Kept to measure and cross-check; never used for outputs,
-    /// which must be byte-deterministic (DESIGN §4).
+    /// which must be byte-deterministic (docs/design.md §4).
     pub fn encode_via_value(&self, record: &T) -> Result<Vec<u8>, BusError> {
         let value = apache_avro::to_value(record).map_err(|e| encode_error::<T>(e.to_string()))?;
         let value = value

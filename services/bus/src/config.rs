@@ -19,7 +19,7 @@ pub struct KafkaConfig {
     pub brokers: Option<String>,
     /// `client.id` of every client this process makes.
     pub client_id: String,
-    /// Prefix of every unicron topic name (DESIGN §3).
+    /// Prefix of every unicron topic name (docs/design.md §3).
     pub topic_prefix: String,
     /// Records larger than this are dead-lettered without being decoded.
     pub max_record_bytes: usize,

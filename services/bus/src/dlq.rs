@@ -1,5 +1,5 @@
 //! Dead-letter routing: a record a service cannot use goes to `unicron.dlq`
-//! with the reason, a counter is bumped, and processing goes on (DESIGN §4).
+//! with the reason, a counter is bumped, and processing goes on (docs/design.md §4).
 
 use unicron_core::DeadLetter;
 

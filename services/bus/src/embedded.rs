@@ -1,7 +1,7 @@
 //! The embedded broker: librdkafka's mock cluster (real Kafka protocol on
 //! loopback) hosted by this process, so `unicron up` needs no set-up.
 //!
-//! Limits that shape everything using it (DESIGN §5): at most 5 MB or
+//! Limits that shape everything using it (docs/design.md §5): at most 5 MB or
 //! 100,000 batches per partition before the oldest are dropped, no
 //! CreateTopics request (topics are made through the mock API here), no
 //! transactions.

@@ -3,7 +3,7 @@
 //! Configuration, the topic topology, the Avro codec (with optional
 //! Confluent framing), a typed producer and consumer, dead-letter routing,
 //! the embedded broker and the Prometheus endpoint. Nothing here decides
-//! anything; decisions live in `unicron-core` (DESIGN §2).
+//! anything; decisions live in `unicron-core` (docs/design.md §2).
 
 pub mod admin;
 pub mod archive;

@@ -1,4 +1,4 @@
-//! Consumer-group membership for stateful services (DESIGN §4): when the
+//! Consumer-group membership for stateful services (docs/design.md §4): when the
 //! group assigns a partition, reading starts at the offset the service
 //! stored with its state (or the beginning, to rebuild state it does not
 //! have), not at the group's committed offset. The group's committed offset

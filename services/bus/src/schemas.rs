@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use apache_avro::Schema;
 
-/// A record type of DESIGN §3 and the `.avsc` file that defines it.
+/// A record type of docs/design.md §3 and the `.avsc` file that defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RecordType {
     TelemetryBatch,

@@ -24,7 +24,7 @@ pub struct TopicSpec {
     pub retention_ms: i64,
     pub producers: Vec<String>,
     pub consumers: Vec<String>,
-    /// Topics in one group must have the same partition count (DESIGN §3).
+    /// Topics in one group must have the same partition count (docs/design.md §3).
     #[serde(default)]
     pub co_partition_group: Option<String>,
 }

@@ -1,4 +1,4 @@
-//! Service tests on the embedded broker (DESIGN §6, rung 2): real Kafka
+//! Service tests on the embedded broker (docs/design.md §6, rung 2): real Kafka
 //! protocol on loopback, in process.
 
 mod common;

@@ -49,7 +49,7 @@ fn every_record_type_round_trips_through_its_schema() {
     }
 }
 
-/// Decisions are compared byte for byte on replay (DESIGN §4): the direct
+/// Decisions are compared byte for byte on replay (docs/design.md §4): the direct
 /// encoder writes maps in BTreeMap order, so equal records give equal bytes.
 #[test]
 fn direct_encoding_is_byte_deterministic() {

@@ -1,4 +1,4 @@
-//! Unicron's plan generation (PAPER.md, "Cost model and plan generation"):
+//! Plan generation after the Unicron paper's cost model (docs/design.md §7):
 //! choose GPUs per job to maximise Σ G(t, x_t) subject to Σ x_t ≤ healthy
 //! GPUs, by the dynamic programme S[i][j] = max_k S[i−1][j−k] + G(t_i, k)
 //! over allocation units.

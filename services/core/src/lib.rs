@@ -1,7 +1,7 @@
 //! unicron-core: the domain model and every decision of unicron.
 //!
 //! This crate is the `quinn-proto` of unicron: pure step functions and plain
-//! data, no I/O, no clock, no unseeded randomness (DESIGN §4). The record
+//! data, no I/O, no clock, no unseeded randomness (docs/design.md §4). The record
 //! types here mirror the Avro schemas in `schemas/` field for field; the bus
 //! crate proves every one round-trips through its schema.
 

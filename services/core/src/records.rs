@@ -1,4 +1,4 @@
-//! The records on unicron's topics (DESIGN §3), one struct per Avro schema in
+//! The records on unicron's topics (docs/design.md §3), one struct per Avro schema in
 //! `schemas/`. Field names, order and optionality match the schemas; times
 //! are event times in milliseconds since the Unix epoch.
 

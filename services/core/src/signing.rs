@@ -1,4 +1,4 @@
-//! Ed25519 command signatures (DESIGN §4, Security). The planner signs the
+//! Ed25519 command signatures (docs/design.md §4, Security). The planner signs the
 //! canonical bytes of a command; executors verify them before acting.
 
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};

@@ -1,11 +1,11 @@
-//! The failure taxonomy of PAPER.md: kinds, severities and their defaults.
+//! The failure taxonomy of the Unicron paper (docs/design.md §7): kinds, severities and their defaults.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A failure kind. The serialized symbols are exactly those of PAPER.md's
+/// A failure kind. The serialized symbols are exactly those of the Unicron paper's
 /// taxonomy table; they are shared by the Avro schemas, JSON and the CLI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -30,7 +30,7 @@ pub enum FailureKind {
     Unknown,
 }
 
-/// How bad a failure is, and so which recovery it gets (PAPER.md):
+/// How bad a failure is, and so which recovery it gets (the Unicron paper):
 /// SEV3 reattempt in place, SEV2 restart, SEV1 isolate the node and re-plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Severity {
@@ -90,7 +90,7 @@ impl FailureKind {
         }
     }
 
-    /// The severity PAPER.md assigns to the kind. `unknown` ("others") has
+    /// The severity the Unicron paper assigns to the kind. `unknown` ("others") has
     /// none in the paper; we treat it as SEV2 (restart) because a restart is
     /// the cheapest action that recovers from an unexplained software fault.
     pub fn default_severity(self) -> Severity {

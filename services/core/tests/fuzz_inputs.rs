@@ -619,7 +619,7 @@ fn check_plan(request: &PlanRequest) -> Result<(), TestCaseError> {
         );
     }
     prop_assert!(total <= u64::from(problem.gpus));
-    // Same request, same answer (DESIGN §4).
+    // Same request, same answer (docs/design.md §4).
     prop_assert_eq!(
         serde_json::to_string(&problem.respond()).unwrap(),
         serde_json::to_string(&response).unwrap()

@@ -2,7 +2,7 @@
 //! each command with `unicron-core`'s gate (signature, cluster, age), acts
 //! through a backend (HTTP, a local program, or the simulator) at most once
 //! per command id thanks to the store's dedupe table, and publishes
-//! `unicron.command-results` from an outbox (DESIGN §4). Operator docs:
+//! `unicron.command-results` from an outbox (docs/design.md §4). Operator docs:
 //! `docs/executor.md`.
 
 mod backend;

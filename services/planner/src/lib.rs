@@ -2,7 +2,7 @@
 //! `unicron.command-results`, applies `unicron-core`'s planner, and commits
 //! state, consumed offsets and outputs in one RocksDB batch before
 //! publishing `unicron.decisions` and `unicron.commands` from the outbox
-//! (DESIGN §4). Thin by design: every decision is in `unicron-core`.
+//! (docs/design.md §4). Thin by design: every decision is in `unicron-core`.
 
 mod catch_up;
 mod service;

@@ -1,10 +1,10 @@
 //! unicron-store: the RocksDB store of stateful services.
 //!
-//! Column families (DESIGN §2): `state` (the service's state, a cache of the
+//! Column families (docs/design.md §2): `state` (the service's state, a cache of the
 //! log), `offsets` (input offsets consumed), `outbox` (outputs not yet
 //! acknowledged by Kafka) and `dedupe` (ids already acted on). A [`Commit`]
 //! writes all four in one `WriteBatch`, which is what makes effectively-once
-//! work (DESIGN §4): after a crash, state and offsets agree, and the outbox
+//! work (docs/design.md §4): after a crash, state and offsets agree, and the outbox
 //! still holds whatever was not yet published.
 
 mod outbox;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 /// Transition times the simulated cluster takes per action, seconds of
-/// simulated time. PAPER.md gives the default restart's parts (9 min
+/// simulated time. The Unicron paper gives the default restart's parts (9 min
 /// re-queue, 14 min set-up, progress since the checkpoint recomputed); the
 /// rest are ASSUMPTIONS, documented in `docs/simulator.md`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -28,7 +28,7 @@ pub struct PolicyModel {
     pub throughput_factor: f64,
 }
 
-/// PAPER.md: Megatron learns of hangs and network faults only when the
+/// The Unicron paper: Megatron learns of hangs and network faults only when the
 /// 30-minute NCCL timeout fires; a dead node shows the same way to its peers.
 const NCCL_TIMEOUT_MS: i64 = 30 * 60 * 1000;
 const LATE_KINDS: [FailureKind; 7] = [
@@ -48,7 +48,7 @@ pub const BAMBOO_THROUGHPUT: f64 = 0.75;
 /// The four systems compared.
 pub fn policies() -> Vec<PolicyModel> {
     let unicron = Transitions::default();
-    // PAPER.md: a default restart re-queues (9 min) and sets up (14 min),
+    // The Unicron paper: a default restart re-queues (9 min) and sets up (14 min),
     // then recomputes what was lost since the checkpoint (the simulator
     // rolls back); every way back in is such a restart.
     let megatron_restart_s = (9.0 + 14.0) * 60.0;

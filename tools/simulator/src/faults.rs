@@ -6,7 +6,7 @@ use std::path::Path;
 
 use unicron_core::{FailureKind, Severity};
 
-/// Shares of the injected failure mix. The first twelve are PAPER.md's
+/// Shares of the injected failure mix. The first twelve are the Unicron paper's
 /// taxonomy (share of failed top-5% jobs); the last three are not given
 /// there and are ASSUMPTIONS: node loss 3.0% (Acme lists node failure as
 /// 14% of lost GPU time), abnormal exit 2.0%, out of memory 1.0% (Acme: 3.3%

@@ -4,12 +4,12 @@
 //! - model sizes and global batch sizes in tokens: Brown et al., "Language
 //!   Models are Few-Shot Learners" (2020), Table 2.1;
 //! - achieved per-GPU throughput on A100-80GB: the Megatron-LM weak-scaling
-//!   table (Narayanan et al., SC'21) quoted in PAPER.md, taking the row of
+//!   table (Narayanan et al., SC'21) quoted in the Unicron paper, taking the row of
 //!   the nearest model size;
 //! - FLOPs per token: 6 × parameters (forward + backward, Kaplan et al.
 //!   2020), the convention the Megatron table also uses without recompute;
 //! - strong scaling: an ASSUMPTION of 3% efficiency lost per doubling of
-//!   data-parallel replicas (PAPER.md: "a few percent per doubling").
+//!   data-parallel replicas (the Unicron paper: "a few percent per doubling").
 
 use unicron_core::{JobSpec, ThroughputPoint};
 

@@ -1,4 +1,4 @@
-//! The planner's tunables. Defaults follow PAPER.md where it gives a figure.
+//! The planner's tunables. Defaults follow the Unicron paper (docs/design.md §7) where it gives a figure.
 
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +59,7 @@ impl Default for PlannerConfig {
             default_running_s: 86_400.0,
             mtbf_window: 32,
             reattempt_s: 30.0,
-            // PAPER.md: 9 min re-queue + 14 min set-up for a default restart;
+            // The Unicron paper: 9 min re-queue + 14 min set-up for a default restart;
             // a restart from a replica skips the re-queue.
             restart_s: 14.0 * 60.0,
             reconfigure_s: 10.0 * 60.0,

@@ -1,7 +1,7 @@
 //! The planner as a pure state machine: `apply` one input record (a
 //! failure, a cluster event or a command result), get the decision and
 //! commands it leads to. Same inputs in the same order give byte-identical
-//! outputs (DESIGN §4): no clock, ordered maps, deterministic ids and
+//! outputs (docs/design.md §4): no clock, ordered maps, deterministic ids and
 //! signatures.
 
 mod config;
