@@ -1,4 +1,4 @@
-//! Fuzzing every decoder of what arrives on a topic (issue 8): the Avro codec
+//! Fuzzing every decoder of what arrives on a topic (docs/fuzzing.md): the Avro codec
 //! of every record type (raw and Confluent framing), the direct decoder of
 //! `TelemetryBatch` and `AgentEvent`, and the external formats (OTLP proto
 //! and JSON, prometheus-kafka-adapter, Vector and Fluent Bit JSON).

@@ -1,4 +1,4 @@
-//! Fuzzing the pure inputs of `unicron-core` (issue 8): the detector's log
+//! Fuzzing the pure inputs of `unicron-core` (docs/fuzzing.md): the detector's log
 //! classifier and `unicron plan`'s request.
 //!
 //! The classifier never panics on any line (very long, lossily decoded from

@@ -349,7 +349,7 @@ mod example_tests {
     }
 }
 
-/// Fuzzing the loader (issue 8): the default configuration with values
+/// Fuzzing the loader (docs/fuzzing.md): the default configuration with values
 /// replaced by others of any type, keys removed or misspelt, and the text
 /// then cut or spliced, loads or fails with one line naming the field (or
 /// the line of a syntax error), never a panic. `PROPTEST_CASES=20000 cargo
