@@ -207,6 +207,14 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         gauge.set(lag.max(0) as f64);
     }
 
+    /// Whether `offset` was the last record of the partition at the latest
+    /// fetch: a record that looked behind when it was read (the cache was
+    /// empty or ahead) may be caught up by now.
+    pub fn caught_up_with(&self, topic: &str, partition: i32, offset: i64) -> bool {
+        self.high_watermark(topic, partition)
+            .is_some_and(|high| offset + 1 >= high)
+    }
+
     /// The partition's high watermark at the latest fetch, if known.
     /// librdkafka caches it from every fetch response; rdkafka wraps only
     /// the network query for it, so this reads the cache through the C API

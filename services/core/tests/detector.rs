@@ -843,3 +843,43 @@ fn an_idle_tick_leaves_the_partition_it_sits_on_alone() {
     detector.apply(&on(1, Observation::Agent(tick), true));
     assert!(detector.idle_candidates().is_empty());
 }
+
+#[test]
+fn a_partition_found_caught_up_later_releases_the_watermark() {
+    let mut h = Harness::with(DetectorConfig::default());
+    // A symptom read from a partition that looked behind when it was read.
+    let input = DetectorInput {
+        source: Source {
+            topic: "unicron.logs".into(),
+            partition: 4,
+            offset: 9,
+            index: 0,
+        },
+        observation: Observation::Log(LogRecord {
+            cluster: "c1".into(),
+            node: "n0".into(),
+            time_ms: T0,
+            source: "test".into(),
+            job: Some("j".into()),
+            rank: None,
+            gpu: None,
+            line: "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.".into(),
+            attributes: BTreeMap::new(),
+        }),
+        caught_up: false,
+    };
+    h.detector.apply(&input);
+    for s in 1..20 {
+        h.heartbeat("n1", Some("j"), T0 + s * 1000);
+    }
+    assert!(h.failures.is_empty(), "held back by the partition");
+    assert_eq!(
+        h.detector.behind_partitions(),
+        vec![("unicron.logs".to_string(), 4)]
+    );
+    h.detector.mark_caught_up("unicron.logs", 4);
+    assert!(h.detector.behind_partitions().is_empty());
+    h.heartbeat("n1", Some("j"), T0 + 20_000);
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    assert_eq!(h.failures[0].kind, FailureKind::NetworkError);
+}

@@ -108,6 +108,8 @@ pub async fn run(
         context.connection_losses(),
     );
     let mut idle = IdleTicks::new(Duration::from_secs_f64(settings.idle_tick_s));
+    // The offset last read per partition, to find ones that caught up.
+    let mut last_read: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut idle_check = tokio::time::interval(idle.check_every());
     idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Ready while this loop runs; not ready once it ends, however it ends.
@@ -117,6 +119,14 @@ pub async fn run(
         let record = tokio::select! {
             record = consumer.recv() => record?,
             _ = idle_check.tick(), if idle.enabled() => {
+                for (topic, partition) in detector.behind_partitions() {
+                    if last_read
+                        .get(&(topic.clone(), partition))
+                        .is_some_and(|offset| consumer.caught_up_with(&topic, partition, *offset))
+                    {
+                        detector.mark_caught_up(&topic, partition);
+                    }
+                }
                 for tick in idle.due(&detector, Instant::now()) {
                     let at = producer
                         .send(&agent_topic, &tick.cluster, &tick, &agent_codec)
@@ -179,6 +189,7 @@ pub async fn run(
             problems = ?decoded.problems,
             "decoded"
         );
+        last_read.insert((record.topic.clone(), record.partition), record.offset);
         let mut problems = decoded.problems;
         let started = Instant::now();
         for observation in &decoded.observations {

@@ -214,6 +214,39 @@ impl Detector {
         self.stats
     }
 
+    /// Partitions whose latest record was read while more were known to be
+    /// on them: they hold the watermark back.
+    pub fn behind_partitions(&self) -> Vec<(String, i32)> {
+        if self.behind == 0 {
+            return Vec::new();
+        }
+        self.clocks
+            .iter()
+            .flat_map(|(topic, partitions)| {
+                partitions
+                    .iter()
+                    .filter(|(_, clock)| clock.behind)
+                    .map(move |(p, _)| (topic.clone(), *p))
+            })
+            .collect()
+    }
+
+    /// The service found `partition` read to its end after all (its
+    /// latest record looked behind when read, and nothing followed): it no
+    /// longer holds the watermark back. Only the live service knows this;
+    /// replay reads every partition to its end anyway.
+    pub fn mark_caught_up(&mut self, topic: &str, partition: i32) {
+        if let Some(clock) = self
+            .clocks
+            .get_mut(topic)
+            .and_then(|c| c.get_mut(&partition))
+            && clock.behind
+        {
+            clock.behind = false;
+            self.behind -= 1;
+        }
+    }
+
     /// The clusters that wait on an idle tick, with their clocks: a timer
     /// is pending (a heartbeat deadline, held symptoms, a job's hang) and
     /// every partition that carried the cluster's records has been read to
