@@ -710,6 +710,7 @@ fn replay_re_derives_failures_from_an_otlp_only_input() {
     let mut child = common::Running(
         unicron()
             .args(["up", "--no-sim", "--duration", "120s"])
+            .env("UNICRON_DETECTOR__NEW_TOPIC_CHECK_S", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
