@@ -18,8 +18,6 @@ pub mod formats;
 pub mod history;
 pub mod metrics;
 pub mod producer;
-pub mod rebalance;
-pub mod resume;
 pub mod schemas;
 pub mod testing;
 pub mod topology;

@@ -8,8 +8,10 @@
 //! restart or rebalance; failure ids are derived from input offsets, so a
 //! re-delivered record yields the same id and the planner drops the repeat.
 
+mod error;
 mod service;
 mod settings;
 
-pub use service::{DetectorError, IDLE_TICK_NODE, run};
+pub use error::DetectorError;
+pub use service::{IDLE_TICK_NODE, run};
 pub use settings::DetectorSettings;

@@ -1,29 +1,25 @@
-//! The detector's consume → classify → publish loop.
+//! The detector's step: telemetry, logs, agent events and external
+//! records in; failures out. Its state is soft (rebuilt from the stream),
+//! so it runs without a store, at least once; failure ids are derived
+//! from input offsets, so a repeat is dropped downstream.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use unicron_bus::consumer::InboundRecord;
-use unicron_bus::dlq::DeadLetterSink;
 use unicron_bus::formats::{self, ExternalInput};
-use unicron_bus::rebalance::RebalanceCounter;
-use unicron_bus::{AvroCodec, BusError, Consumer, DecodeError, KafkaConfig, Producer};
+use unicron_bus::{AvroCodec, DecodeError, InboundRecord, KafkaConfig};
 use unicron_core::detector::{Detector, DetectorInput, DetectorOutput, Observation, Source};
 use unicron_core::{AgentEvent, FailureEvent, LogRecord, TelemetryBatch};
+use unicron_runtime::{
+    Applied, BusStatus, Durability, Injected, Never, Processor, Reading, RuntimeOptions, Step,
+    Store,
+};
 
+use crate::error::DetectorError;
 use crate::settings::DetectorSettings;
 
 const SERVICE: &str = "detector";
-
-/// Errors that stop the detector. Bad records never do: they are dead-lettered.
-#[derive(Debug, thiserror::Error)]
-pub enum DetectorError {
-    #[error("{0}")]
-    Config(String),
-    #[error(transparent)]
-    Bus(#[from] BusError),
-}
 
 /// How each subscribed topic is decoded.
 enum Decoder {
@@ -58,8 +54,6 @@ pub async fn run(
 ) -> Result<(), DetectorError> {
     settings.validate()?;
     let rules = settings.rules()?;
-    describe_metrics();
-    unicron_bus::metrics::register(SERVICE);
     let mut decoders: BTreeMap<String, Decoder> = BTreeMap::new();
     decoders.insert(
         kafka.topic("telemetry"),
@@ -79,109 +73,61 @@ pub async fn run(
         });
         decoders.insert(input.topic.clone(), Decoder::External(input.clone()));
     }
-    let failures_topic = kafka.topic("failures");
-    let agent_topic = kafka.topic("agent");
-    let agent_codec: AvroCodec<AgentEvent> = AvroCodec::default();
-    let failure_codec: AvroCodec<FailureEvent> = AvroCodec::default();
-    let producer = Producer::new(kafka, brokers)?;
-    let dlq = DeadLetterSink::new(
-        producer.clone(),
-        kafka.topic("dlq"),
-        SERVICE,
-        kafka.dlq_payload_bytes,
-    );
-    let context = RebalanceCounter::default();
-    let consumer = Consumer::with_context(
-        &with_topic_discovery(kafka, settings.new_topic_check_s),
-        brokers,
-        &settings.group_id,
-        context.clone(),
-    )?;
-    let topics: Vec<&str> = subscriptions.iter().map(String::as_str).collect();
-    consumer.subscribe(&topics)?;
-    tracing::info!(group = %settings.group_id, topics = ?subscriptions, rules = rules.len(), "detector running");
+    let options = RuntimeOptions {
+        service: SERVICE,
+        group_id: settings.group_id.clone(),
+        subscriptions,
+        durability: Durability::AtLeastOnce,
+    };
+    tracing::info!(group = %settings.group_id, topics = ?options.subscriptions, rules = rules.len(), "detector starting");
+    let mut processor = DetectorProcessor {
+        detector: Detector::new(settings.tuning.clone(), rules),
+        decoders,
+        failures_topic: kafka.topic("failures"),
+        agent_topic: kafka.topic("agent"),
+        agent_codec: AvroCodec::default(),
+        failure_codec: AvroCodec::default(),
+        // Lost connections are counted from the runtime's start.
+        outage: OutageHold::new(Duration::from_secs_f64(settings.outage_grace_s), 0),
+        idle: IdleTicks::new(Duration::from_secs_f64(settings.idle_tick_s)),
+    };
+    let kafka = with_topic_discovery(kafka, settings.new_topic_check_s);
+    unicron_runtime::run(&kafka, brokers, &options, &mut processor, shutdown).await
+}
 
-    let mut detector = Detector::new(settings.tuning.clone(), rules);
-    let mut generation = context.generation();
-    let mut outage = OutageHold::new(
-        Duration::from_secs_f64(settings.outage_grace_s),
-        context.connection_losses(),
-    );
-    let mut idle = IdleTicks::new(Duration::from_secs_f64(settings.idle_tick_s));
-    // The offset last read per partition, to find ones that caught up.
-    let mut last_read: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    let mut idle_check = tokio::time::interval(idle.check_every());
-    idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Ready while this loop runs; not ready once it ends, however it ends.
-    let _ready = unicron_bus::metrics::ReadyGuard::new(SERVICE);
-    tokio::pin!(shutdown);
-    loop {
-        let record = tokio::select! {
-            record = consumer.recv() => record?,
-            _ = idle_check.tick(), if idle.enabled() => {
-                for (topic, partition) in detector.behind_partitions() {
-                    if last_read
-                        .get(&(topic.clone(), partition))
-                        .is_some_and(|offset| consumer.caught_up_with(&topic, partition, *offset))
-                    {
-                        detector.mark_caught_up(&topic, partition);
-                    }
-                }
-                for tick in idle.due(&detector, Instant::now()) {
-                    let at = producer
-                        .send(&agent_topic, &tick.cluster, &tick, &agent_codec)
-                        .await?;
-                    metrics::counter!("unicron_detector_idle_ticks_total").increment(1);
-                    // Applied here at once: with several detectors the
-                    // tick's partition may be another's. Reading it back
-                    // (here or in replay) moves the clock to the same time.
-                    let input = DetectorInput {
-                        source: Source {
-                            topic: agent_topic.clone(),
-                            partition: at.partition,
-                            offset: at.offset,
-                            index: 0,
-                        },
-                        observation: Observation::Agent(tick),
-                        caught_up: true,
-                    };
-                    for output in detector.apply(&input) {
-                        if let DetectorOutput::Failure(failure) = output {
-                            producer
-                                .send(&failures_topic, &failure.cluster, &failure, &failure_codec)
-                                .await?;
-                            record_failure(&failure, None);
-                        }
-                    }
-                }
-                continue;
-            }
-            () = &mut shutdown => break,
-        };
-        if context.generation() != generation {
-            // Partitions moved: state about nodes read elsewhere now is stale.
-            generation = context.generation();
-            detector.reset();
+struct DetectorProcessor {
+    detector: Detector,
+    decoders: BTreeMap<String, Decoder>,
+    failures_topic: String,
+    agent_topic: String,
+    agent_codec: AvroCodec<AgentEvent>,
+    failure_codec: AvroCodec<FailureEvent>,
+    outage: OutageHold,
+    idle: IdleTicks,
+}
+
+impl Processor for DetectorProcessor {
+    type Input = formats::Decoded;
+    type Action = Never;
+    type Outcome = Never;
+    type Error = DetectorError;
+
+    fn decode(&self, record: &InboundRecord) -> Result<formats::Decoded, DecodeError> {
+        match self.decoders.get(&record.topic) {
+            Some(decoder) => decoder.decode(&record.payload),
+            None => Err(DecodeError::Invalid {
+                record: "record",
+                reason: format!("no decoder for topic {}", record.topic),
+            }),
         }
-        outage.update(&mut detector, context.connection_losses(), Instant::now());
-        let decoded = match consumer.oversized(&record) {
-            Some(error) => Err(error),
-            None => match decoders.get(&record.topic) {
-                Some(decoder) => decoder.decode(&record.payload),
-                None => Err(DecodeError::Invalid {
-                    record: "record",
-                    reason: format!("no decoder for topic {}", record.topic),
-                }),
-            },
-        };
-        let decoded = match decoded {
-            Ok(decoded) => decoded,
-            Err(error) => {
-                dlq.send(&record, &error).await?;
-                consumer.mark_done(&record)?;
-                continue;
-            }
-        };
+    }
+
+    fn apply(
+        &mut self,
+        decoded: formats::Decoded,
+        step: &mut Step<'_>,
+    ) -> Result<Applied<Never>, DetectorError> {
+        let record = step.record().clone();
         tracing::debug!(
             topic = %record.topic,
             offset = record.offset,
@@ -189,12 +135,11 @@ pub async fn run(
             problems = ?decoded.problems,
             "decoded"
         );
-        last_read.insert((record.topic.clone(), record.partition), record.offset);
-        let mut problems = decoded.problems;
         let started = Instant::now();
         for observation in &decoded.observations {
-            idle.heard_from(observation.cluster(), started);
+            self.idle.heard_from(observation.cluster(), started);
         }
+        let mut problems = decoded.problems;
         let mut failures = Vec::new();
         for (index, observation) in decoded.observations.into_iter().enumerate() {
             let input = DetectorInput {
@@ -207,7 +152,7 @@ pub async fn run(
                 observation,
                 caught_up: record.caught_up,
             };
-            for output in detector.apply(&input) {
+            for output in self.detector.apply(&input) {
                 match output {
                     DetectorOutput::Failure(f) => failures.push(f),
                     DetectorOutput::Rejected(reason) => problems.push(reason),
@@ -217,25 +162,72 @@ pub async fn run(
         metrics::histogram!("unicron_detector_apply_seconds")
             .record(started.elapsed().as_secs_f64());
         for failure in &failures {
-            producer
-                .send(&failures_topic, &failure.cluster, failure, &failure_codec)
-                .await?;
-            record_failure(failure, Some(&record));
+            let payload = self.failure_codec.encode(failure)?;
+            step.publish(&self.failures_topic, failure.cluster.as_bytes(), payload);
+            record_failure(failure, &record);
         }
-        if !problems.is_empty() {
-            let more = problems.len() - 1;
-            let reason = if more == 0 {
-                problems.remove(0)
-            } else {
-                format!("{} (and {more} more)", problems[0])
-            };
-            dlq.send_reason(&record, &reason).await?;
+        for problem in problems {
+            step.dead_letter(problem);
         }
-        consumer.mark_done(&record)?;
+        Ok(Applied::Done)
     }
-    consumer.commit_now()?;
-    tracing::info!("detector stopped");
-    Ok(())
+
+    async fn act(&mut self, action: &Never) -> Never {
+        match *action {}
+    }
+
+    fn finish(&mut self, action: Never, _: Never, _: &mut Step<'_>) -> Result<(), DetectorError> {
+        match action {}
+    }
+
+    fn describe_metrics(&self) {
+        describe_metrics();
+    }
+
+    /// Partitions moved: state about nodes read elsewhere now is stale.
+    async fn reassigned(
+        &mut self,
+        _assigned: &[(String, i32)],
+        _store: Option<&Store>,
+    ) -> Result<(), DetectorError> {
+        self.detector.reset();
+        Ok(())
+    }
+
+    fn observe(&mut self, status: BusStatus) {
+        self.outage
+            .update(&mut self.detector, status.connection_losses, status.now);
+    }
+
+    fn tick_every(&self) -> Option<Duration> {
+        self.idle.enabled().then(|| self.idle.check_every())
+    }
+
+    /// Idle ticks: written to the agent topic and applied here at once
+    /// (with several detectors the tick's partition may be another's).
+    /// Reading one back, here or in replay, moves the clock to the same time.
+    fn tick(&mut self, reading: &Reading<'_>) -> Vec<Injected> {
+        for (topic, partition) in self.detector.behind_partitions() {
+            if reading.caught_up(&topic, partition) {
+                self.detector.mark_caught_up(&topic, partition);
+            }
+        }
+        let mut injected = Vec::new();
+        for tick in self.idle.due(&self.detector, reading.status.now) {
+            match self.agent_codec.encode(&tick) {
+                Ok(payload) => {
+                    metrics::counter!("unicron_detector_idle_ticks_total").increment(1);
+                    injected.push(Injected {
+                        topic: self.agent_topic.clone(),
+                        key: tick.cluster.clone().into_bytes(),
+                        payload,
+                    });
+                }
+                Err(error) => tracing::error!(%error, "cannot encode an idle tick"),
+            }
+        }
+        injected
+    }
 }
 
 /// Holds the detector's silence timers from a lost broker connection until
@@ -344,8 +336,8 @@ impl IdleTicks {
 }
 
 /// Logs and counts a published failure; `record` is what triggered it
-/// (none for an idle tick's timers).
-fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
+/// (an idle tick, with no Kafka timestamp, for timers).
+fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
     tracing::info!(
         id = %failure.id,
         kind = %failure.kind,
@@ -363,7 +355,7 @@ fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
     // Wall-clock age of the triggering record: operational only, never an
     // input to a decision.
     if let (Some(produced), Ok(now)) = (
-        record.and_then(|r| r.timestamp_ms),
+        record.timestamp_ms,
         SystemTime::now().duration_since(UNIX_EPOCH),
     ) {
         let age = (now.as_millis() as i64 - produced).max(0) as f64 / 1000.0;

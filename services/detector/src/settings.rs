@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use unicron_bus::formats::ExternalInput;
 use unicron_core::detector::{DetectorConfig, LogRules};
 
-use crate::service::DetectorError;
+use crate::error::DetectorError;
 
 /// The `[detector]` section of the configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,8 +7,10 @@
 
 mod backend;
 mod dedupe;
+mod error;
 mod service;
 mod settings;
 
-pub use service::{ExecutorError, run};
+pub use error::ExecutorError;
+pub use service::run;
 pub use settings::{BackendSettings, ExecutorSettings};

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use unicron_core::executor::{Backoff, Gate};
 
 use crate::backend::exec::PLACEHOLDERS;
-use crate::service::ExecutorError;
+use crate::error::ExecutorError;
 
 /// The `[executor]` section of the configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

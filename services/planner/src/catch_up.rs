@@ -16,7 +16,8 @@ use unicron_core::Decision;
 use unicron_core::planner::{Input, InputEvent, Planner};
 use unicron_store::{Commit, Store};
 
-use crate::service::{Codecs, PlannerError, Topics, decode_input, load_cluster, state_key};
+use crate::error::PlannerError;
+use crate::service::{Codecs, Topics, decode_input, load_cluster, state_key};
 
 /// Catches `planner` up on the input partitions in `assigned` and commits
 /// the result. Returns the number of decisions applied.
@@ -76,7 +77,7 @@ pub async fn catch_up(
             tracing::warn!(decision = %decision.id, "catch-up: trigger no longer in the log");
             continue;
         };
-        load_cluster(planner, store, &decision.cluster)?;
+        load_cluster(planner, |key| store.state(key), &decision.cluster)?;
         clusters.insert(decision.cluster.clone());
         commit.consumed(&t.topic, t.partition, t.offset + 1);
         steps.push((
@@ -124,6 +125,6 @@ async fn read(
     let (kafka, brokers, topic) = (kafka.clone(), brokers.to_string(), topic.to_string());
     tokio::task::spawn_blocking(move || read_topic(&kafka, &brokers, &topic))
         .await
-        .map_err(|e| PlannerError::Bus(BusError::Internal(format!("history reader: {e}"))))?
-        .map_err(PlannerError::Bus)
+        .map_err(|e| PlannerError::from(BusError::Internal(format!("history reader: {e}"))))?
+        .map_err(PlannerError::from)
 }

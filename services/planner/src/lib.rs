@@ -5,8 +5,10 @@
 //! (docs/design.md §4). Thin by design: every decision is in `unicron-core`.
 
 mod catch_up;
+mod error;
 mod service;
 mod settings;
 
-pub use service::{PlannerError, run};
+pub use error::PlannerError;
+pub use service::run;
 pub use settings::PlannerSettings;

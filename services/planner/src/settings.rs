@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use unicron_core::planner::PlannerConfig;
 use unicron_core::signing::CommandSigner;
 
-use crate::service::PlannerError;
+use crate::error::PlannerError;
 
 /// The `[planner]` section of the configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use unicron_core::Command;
 use unicron_core::executor::{ActionRequest, ActionResponse};
 
 use super::{Attempt, tail};
-use crate::service::ExecutorError;
+use crate::error::ExecutorError;
 
 /// Header carrying the command id: backends act once per value.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use unicron_core::Command;
 use unicron_core::executor::{Backoff, Outcome};
 
-use crate::service::ExecutorError;
+use crate::error::ExecutorError;
 use crate::settings::{BackendSettings, DEFAULT_HTTP_TIMEOUT_S};
 
 /// Bytes of a backend's error text (HTTP body, stderr) kept in a reason.

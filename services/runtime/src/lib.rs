@@ -1,0 +1,27 @@
+//! unicron-runtime: the one loop every service runs (docs/design.md §4).
+//!
+//! A service is its settings plus a [`Processor`]: how to decode a record
+//! and what one record changes. The runtime owns the protocol around it,
+//! once: reading from the consumer group, the oversize check and
+//! dead-lettering, skipping what was applied before a restart, committing
+//! state + consumed offset + outbox + dedupe in one RocksDB batch,
+//! publishing the outbox, marking records done, rebalance and catch-up
+//! hooks, readiness, metric registration and shutdown. The model is
+//! `quinn-proto` driven by `quinn`: the processor does no consumer or
+//! producer I/O of its own.
+
+mod error;
+mod membership;
+mod outbox;
+mod processor;
+mod runtime;
+mod step;
+
+pub use error::RuntimeError;
+pub use membership::Membership;
+pub use outbox::drain;
+pub use processor::{Applied, BusStatus, Injected, Never, Processor, Reading};
+pub use runtime::{Durability, RuntimeOptions, StartFrom, run};
+pub use step::Step;
+/// The store a stateful processor reads in its hooks.
+pub use unicron_store::Store;

@@ -1,0 +1,136 @@
+//! What a service supplies: the [`Processor`] trait.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use unicron_bus::{DecodeError, InboundRecord};
+use unicron_store::Store;
+
+use crate::error::RuntimeError;
+use crate::step::Step;
+
+/// What a step asks of the runtime once its writes are staged.
+#[derive(Debug)]
+pub enum Applied<A> {
+    /// The record is handled: commit the step with its consumed offset.
+    Done,
+    /// Commit the step without the consumed offset, carry out `A` outside
+    /// any step ([`Processor::act`]), then commit what
+    /// [`Processor::finish`] stages, with the consumed offset. A crash in
+    /// between reads the record again.
+    Act(A),
+}
+
+/// The type of actions of a processor that never acts.
+#[derive(Debug)]
+pub enum Never {}
+
+/// A record a processor wants written and then applied as if read back
+/// at the offset it got (an idle tick). It is not consumed: no offset is
+/// committed for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injected {
+    pub topic: String,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+/// The consumer's connection, as a processor may need to know it.
+#[derive(Debug, Clone, Copy)]
+pub struct BusStatus {
+    /// Lost broker connections so far (see [`crate::Membership`]).
+    pub connection_losses: u64,
+    /// Wall time, for operational holds only; never an input to a decision.
+    pub now: Instant,
+}
+
+/// What a tick may ask about reading.
+pub struct Reading<'a> {
+    pub(crate) last_read: &'a std::collections::BTreeMap<(String, i32), i64>,
+    pub(crate) caught_up: &'a (dyn Fn(&str, i32, i64) -> bool + Sync),
+    pub status: BusStatus,
+}
+
+impl Reading<'_> {
+    /// Whether the last record read from the partition is its newest.
+    pub fn caught_up(&self, topic: &str, partition: i32) -> bool {
+        self.last_read
+            .get(&(topic.to_string(), partition))
+            .is_some_and(|offset| (self.caught_up)(topic, partition, *offset))
+    }
+}
+
+/// One service's logic on top of the runtime: how to decode a record and
+/// what applying it changes. Hooks have defaults; a service overrides what
+/// it uses.
+pub trait Processor: Send {
+    /// A decoded input record.
+    type Input: Send;
+    /// Work done between two commits (the executor's backend call);
+    /// [`Never`] for processors that do not act.
+    type Action: Send;
+    /// What an action came to.
+    type Outcome: Send;
+    type Error: From<RuntimeError> + Send;
+
+    /// Whether this instance handles `record` at all; one it does not want
+    /// is marked done with nothing committed.
+    fn wants(&self, _record: &InboundRecord) -> bool {
+        true
+    }
+
+    /// Decodes a record (already checked against the size limit). An
+    /// error dead-letters the record with the error as the reason.
+    fn decode(&self, record: &InboundRecord) -> Result<Self::Input, DecodeError>;
+
+    /// Applies one input: stages state, outputs and dead letters in `step`.
+    fn apply(
+        &mut self,
+        input: Self::Input,
+        step: &mut Step<'_>,
+    ) -> Result<Applied<Self::Action>, Self::Error>;
+
+    /// Carries out an action returned by [`apply`](Processor::apply).
+    /// Shutdown may cancel it; the record is then read again after a restart.
+    fn act(&mut self, action: &Self::Action) -> impl Future<Output = Self::Outcome> + Send;
+
+    /// Stages what an action came to.
+    fn finish(
+        &mut self,
+        action: Self::Action,
+        outcome: Self::Outcome,
+        step: &mut Step<'_>,
+    ) -> Result<(), Self::Error>;
+
+    /// Registers the service's metric descriptions.
+    fn describe_metrics(&self) {}
+
+    /// Once, after the store opens (before reading).
+    fn opened(&mut self, _store: Option<&Store>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The group moved partitions: in-memory state may be stale. Called
+    /// before the next record is applied, with the partitions now held.
+    fn reassigned(
+        &mut self,
+        _assigned: &[(String, i32)],
+        _store: Option<&Store>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Called before each record with the consumer's connection status.
+    fn observe(&mut self, _status: BusStatus) {}
+
+    /// How often [`tick`](Processor::tick) runs; `None`: never.
+    fn tick_every(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Runs every [`tick_every`](Processor::tick_every): records to write
+    /// and apply.
+    fn tick(&mut self, _reading: &Reading<'_>) -> Vec<Injected> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,301 @@
+//! The loop: consume → decode → apply → commit → publish → mark done.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use unicron_bus::dlq::encode_dead_letter;
+use unicron_bus::{AvroCodec, Consumer, InboundRecord, KafkaConfig, Producer};
+use unicron_core::DeadLetter;
+use unicron_store::{Commit, Store, StoreOptions};
+
+use crate::error::RuntimeError;
+use crate::membership::Membership;
+use crate::outbox::drain;
+use crate::processor::{Applied, BusStatus, Processor, Reading};
+use crate::step::Step;
+
+/// How a service's effects survive a crash.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Durability {
+    /// Effectively-once (docs/design.md §4): state, consumed offset, outbox
+    /// and dedupe entries commit in one RocksDB batch; outputs are published
+    /// from the outbox after the commit, and again after a crash.
+    Store {
+        state_dir: PathBuf,
+        /// fsync every commit (survives power loss, not only kill -9).
+        sync: bool,
+        start: StartFrom,
+    },
+    /// No store: outputs are published before a record is marked done, so
+    /// a crash may publish them again (at least once). For services whose
+    /// state is soft and whose outputs carry deterministic ids.
+    AtLeastOnce,
+}
+
+/// Where reading starts on a newly assigned partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The offset committed with the state: state and input agree exactly.
+    StoredOffsets,
+    /// The group's committed offset. Records below the stored offset are
+    /// still skipped; for services that must not start from the
+    /// beginning with an empty store (the executor would act again on a
+    /// whole retention period of commands).
+    GroupOffsets,
+}
+
+/// What the runtime needs besides the processor.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// The service's name in metrics, logs and dead letters.
+    pub service: &'static str,
+    pub group_id: String,
+    /// Full topic names or `^regex$` patterns.
+    pub subscriptions: Vec<String>,
+    pub durability: Durability,
+}
+
+/// Runs `processor` until `shutdown` completes or an unrecoverable error.
+pub async fn run<P: Processor>(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    options: &RuntimeOptions,
+    processor: &mut P,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), P::Error> {
+    processor.describe_metrics();
+    unicron_bus::metrics::register(options.service);
+    let store = match &options.durability {
+        Durability::Store {
+            state_dir, sync, ..
+        } => Some(Arc::new(
+            Store::open(state_dir, StoreOptions { sync: *sync }).map_err(RuntimeError::from)?,
+        )),
+        Durability::AtLeastOnce => None,
+    };
+    processor.opened(store.as_deref())?;
+    let producer = Producer::new(kafka, brokers).map_err(RuntimeError::from)?;
+    if let Some(store) = &store {
+        drain(store, &producer).await?;
+    }
+    let membership = match (&options.durability, &store) {
+        (
+            Durability::Store {
+                start: StartFrom::StoredOffsets,
+                ..
+            },
+            Some(store),
+        ) => {
+            let lookup = store.clone();
+            Membership::from_stored_offsets(Box::new(move |topic, partition| {
+                lookup.offset(topic, partition).ok().flatten()
+            }))
+        }
+        _ => Membership::from_group_offsets(),
+    };
+    let consumer = Consumer::with_context(kafka, brokers, &options.group_id, membership.clone())
+        .map_err(RuntimeError::from)?;
+    let topics: Vec<&str> = options.subscriptions.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).map_err(RuntimeError::from)?;
+    tracing::info!(service = options.service, group = %options.group_id, topics = ?options.subscriptions, "running");
+
+    let mut driver = Driver {
+        service: options.service,
+        store: store.as_deref(),
+        producer: &producer,
+        consumer: &consumer,
+        dlq_topic: kafka.topic("dlq"),
+        dlq_payload_bytes: kafka.dlq_payload_bytes,
+        dead_letter_codec: AvroCodec::default(),
+    };
+    let mut generation = membership.generation();
+    let mut last_read: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut ticks = processor.tick_every().map(|every| {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval
+    });
+    // Ready while this loop runs; not ready once it ends, however it ends.
+    let _ready = unicron_bus::metrics::ReadyGuard::new(options.service);
+    tokio::pin!(shutdown);
+    loop {
+        let record = tokio::select! {
+            record = consumer.recv() => record.map_err(RuntimeError::from)?,
+            _ = async { ticks.as_mut().expect("guarded").tick().await }, if ticks.is_some() => {
+                let status = BusStatus { connection_losses: membership.connection_losses(), now: Instant::now() };
+                let injected = {
+                    let caught_up = |topic: &str, partition: i32, offset: i64| consumer.caught_up_with(topic, partition, offset);
+                    processor.tick(&Reading { last_read: &last_read, caught_up: &caught_up, status })
+                };
+                for injected in injected {
+                    let at = producer
+                        .send_bytes(&injected.topic, &injected.key, &injected.payload)
+                        .await
+                        .map_err(RuntimeError::from)?;
+                    let record = InboundRecord {
+                        topic: injected.topic,
+                        partition: at.partition,
+                        offset: at.offset,
+                        key: Some(injected.key),
+                        payload: injected.payload,
+                        timestamp_ms: None,
+                        caught_up: true,
+                    };
+                    driver.handle(processor, &record, false).await?;
+                }
+                continue;
+            }
+            () = &mut shutdown => break,
+        };
+        tracing::debug!(topic = %record.topic, partition = record.partition, offset = record.offset, "received");
+        if membership.generation() != generation {
+            generation = membership.generation();
+            processor
+                .reassigned(&membership.assigned(), store.as_deref())
+                .await?;
+        }
+        processor.observe(BusStatus {
+            connection_losses: membership.connection_losses(),
+            now: Instant::now(),
+        });
+        last_read.insert((record.topic.clone(), record.partition), record.offset);
+        if !processor.wants(&record) || driver.applied_before(&record)? {
+            consumer.mark_done(&record).map_err(RuntimeError::from)?;
+            continue;
+        }
+        let action = driver.handle(processor, &record, true).await?;
+        if let Some(action) = action {
+            let outcome = tokio::select! {
+                outcome = processor.act(&action) => outcome,
+                () = &mut shutdown => {
+                    tracing::info!(service = options.service, "stopping mid-action: the record is read again after a restart");
+                    break;
+                }
+            };
+            let mut step = Step::new(&record, store.as_deref());
+            processor.finish(action, outcome, &mut step)?;
+            driver.complete(&record, step, true).await?;
+        }
+        consumer.mark_done(&record).map_err(RuntimeError::from)?;
+    }
+    consumer.commit_now().map_err(RuntimeError::from)?;
+    tracing::info!(service = options.service, "stopped");
+    Ok(())
+}
+
+/// The I/O half of the loop, borrowed from `run`.
+struct Driver<'a> {
+    service: &'static str,
+    store: Option<&'a Store>,
+    producer: &'a Producer,
+    consumer: &'a Consumer<Membership>,
+    dlq_topic: String,
+    dlq_payload_bytes: usize,
+    dead_letter_codec: AvroCodec<DeadLetter>,
+}
+
+impl Driver<'_> {
+    /// Whether the store's consumed offset is past `record`: it was applied
+    /// before a restart or rebalance.
+    fn applied_before(&self, record: &InboundRecord) -> Result<bool, RuntimeError> {
+        let Some(store) = self.store else {
+            return Ok(false);
+        };
+        Ok(store
+            .offset(&record.topic, record.partition)?
+            .is_some_and(|next| record.offset < next))
+    }
+
+    /// Decodes and applies `record`, then commits and publishes what the
+    /// step staged. Returns the action to carry out, if any; the consumed
+    /// offset is then left for the step that finishes it.
+    async fn handle<P: Processor>(
+        &mut self,
+        processor: &mut P,
+        record: &InboundRecord,
+        consumed: bool,
+    ) -> Result<Option<P::Action>, P::Error> {
+        let mut step = Step::new(record, self.store);
+        let decoded = match self.consumer.oversized(record) {
+            Some(error) => Err(error),
+            None => processor.decode(record),
+        };
+        let applied = match decoded {
+            Ok(input) => processor.apply(input, &mut step)?,
+            Err(error) => {
+                step.dead_letter(error.to_string());
+                Applied::Done
+            }
+        };
+        match applied {
+            Applied::Done => {
+                self.complete(record, step, consumed).await?;
+                Ok(None)
+            }
+            Applied::Act(action) => {
+                self.complete(record, step, false).await?;
+                Ok(Some(action))
+            }
+        }
+    }
+
+    /// Commits `step` (with the consumed offset when `consumed`) and
+    /// publishes its outputs.
+    async fn complete(
+        &mut self,
+        record: &InboundRecord,
+        mut step: Step<'_>,
+        consumed: bool,
+    ) -> Result<(), RuntimeError> {
+        let dead_letter = match step.dead_letter_reason() {
+            Some(reason) => Some(encode_dead_letter(
+                record,
+                &reason,
+                self.service,
+                self.dlq_payload_bytes,
+                &self.dead_letter_codec,
+            )?),
+            None => None,
+        };
+        let Some(store) = self.store else {
+            if step.writes_state() {
+                return Err(RuntimeError::NoStore {
+                    service: self.service,
+                });
+            }
+            for output in &step.outputs {
+                self.producer
+                    .send_bytes(&output.topic, &output.key, &output.payload)
+                    .await?;
+            }
+            if let Some((key, payload)) = dead_letter {
+                self.producer
+                    .send_bytes(&self.dlq_topic, &key, &payload)
+                    .await?;
+            }
+            return Ok(());
+        };
+        let mut commit: Commit = step.commit;
+        if consumed {
+            commit.consumed(&record.topic, record.partition, record.offset + 1);
+        }
+        for output in step.outputs {
+            commit.publish(output);
+        }
+        if let Some((key, payload)) = dead_letter {
+            commit.publish(unicron_store::OutboxEntry {
+                topic: self.dlq_topic.clone(),
+                key,
+                payload,
+            });
+        }
+        if commit.is_empty() {
+            return Ok(());
+        }
+        store.commit(commit)?;
+        drain(store, self.producer).await
+    }
+}

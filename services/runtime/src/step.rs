@@ -1,0 +1,87 @@
+//! What one step may read and stage.
+
+use unicron_bus::InboundRecord;
+use unicron_store::{Commit, OutboxEntry, Store, StoreError};
+
+/// The record being applied, read access to the service's store, and the
+/// writes and outputs staged for the runtime to commit and publish.
+pub struct Step<'a> {
+    record: &'a InboundRecord,
+    store: Option<&'a Store>,
+    pub(crate) commit: Commit,
+    pub(crate) outputs: Vec<OutboxEntry>,
+    pub(crate) dead_letters: Vec<String>,
+}
+
+impl<'a> Step<'a> {
+    pub(crate) fn new(record: &'a InboundRecord, store: Option<&'a Store>) -> Step<'a> {
+        Step {
+            record,
+            store,
+            commit: Commit::new(),
+            outputs: Vec::new(),
+            dead_letters: Vec::new(),
+        }
+    }
+
+    /// The record being applied.
+    pub fn record(&self) -> &InboundRecord {
+        self.record
+    }
+
+    /// Queues an output, published in order once the step is committed.
+    pub fn publish(&mut self, topic: &str, key: impl Into<Vec<u8>>, payload: Vec<u8>) {
+        self.outputs.push(OutboxEntry {
+            topic: topic.to_string(),
+            key: key.into(),
+            payload,
+        });
+    }
+
+    /// Sends the record to the dead-letter topic with `reason`; several
+    /// reasons make one dead letter.
+    pub fn dead_letter(&mut self, reason: impl Into<String>) {
+        self.dead_letters.push(reason.into());
+    }
+
+    /// Stages a state write.
+    pub fn put_state(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.commit.put_state(key, value);
+    }
+
+    /// Stages a dedupe entry: `id` was handled with `outcome`.
+    pub fn remember(&mut self, id: impl Into<Vec<u8>>, outcome: impl Into<Vec<u8>>) {
+        self.commit.remember(id, outcome);
+    }
+
+    /// The committed state under `key`.
+    pub fn state(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.store {
+            Some(store) => store.state(key),
+            None => Ok(None),
+        }
+    }
+
+    /// The committed dedupe entry of `id`.
+    pub fn remembered(&self, id: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.store {
+            Some(store) => store.remembered(id),
+            None => Ok(None),
+        }
+    }
+
+    /// The reasons joined into one: the first, and how many more.
+    pub(crate) fn dead_letter_reason(&mut self) -> Option<String> {
+        let more = self.dead_letters.len().checked_sub(1)?;
+        let first = self.dead_letters.remove(0);
+        Some(if more == 0 {
+            first
+        } else {
+            format!("{first} (and {more} more)")
+        })
+    }
+
+    pub(crate) fn writes_state(&self) -> bool {
+        !self.commit.is_empty()
+    }
+}
