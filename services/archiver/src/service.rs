@@ -58,7 +58,9 @@ pub async fn run(
     let producer = Producer::new(kafka, brokers)?;
     let dlq = DeadLetterSink::new(
         producer,
-        kafka.topic("dlq"),
+        unicron_bus::Topics::new(kafka)
+            .name(unicron_bus::Topic::Dlq)
+            .to_string(),
         SERVICE,
         kafka.dlq_payload_bytes,
     );

@@ -8,7 +8,9 @@ use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use unicron_bus::formats::{self, ExternalInput};
-use unicron_bus::{AvroCodec, DecodeError, InboundRecord, KafkaConfig};
+use unicron_bus::{
+    AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic, Topics,
+};
 use unicron_core::detector::{Detector, DetectorInput, DetectorOutput, Observation, Source};
 use unicron_core::{AgentEvent, FailureEvent, LogRecord, TelemetryBatch};
 use unicron_runtime::{
@@ -54,22 +56,28 @@ pub async fn run(
 ) -> Result<(), DetectorError> {
     settings.validate()?;
     let rules = settings.rules()?;
+    let topics = Topics::new(kafka);
     let mut decoders: BTreeMap<String, Decoder> = BTreeMap::new();
     decoders.insert(
-        kafka.topic("telemetry"),
+        topics.name(Topic::Telemetry).to_string(),
         Decoder::Telemetry(AvroCodec::default()),
     );
-    decoders.insert(kafka.topic("logs"), Decoder::Logs(AvroCodec::default()));
-    decoders.insert(kafka.topic("agent"), Decoder::Agent(AvroCodec::default()));
-    let mut subscriptions: Vec<String> = decoders.keys().cloned().collect();
+    decoders.insert(
+        topics.name(Topic::Logs).to_string(),
+        Decoder::Logs(AvroCodec::default()),
+    );
+    decoders.insert(
+        topics.name(Topic::Agent).to_string(),
+        Decoder::Agent(AvroCodec::default()),
+    );
+    let mut subscriptions: Vec<Subscription> = [Topic::Agent, Topic::Logs, Topic::Telemetry]
+        .into_iter()
+        .map(Subscription::Topic)
+        .collect();
     for input in &settings.inputs {
-        // Optional topics are subscribed by pattern: librdkafka joins them
-        // when they exist, and picks them up at a metadata refresh when
-        // they are created later.
-        subscriptions.push(if input.optional {
-            format!("^{}$", regex_escape(&input.topic))
-        } else {
-            input.topic.clone()
+        subscriptions.push(Subscription::External {
+            name: input.topic.clone(),
+            optional: input.optional,
         });
         decoders.insert(input.topic.clone(), Decoder::External(input.clone()));
     }
@@ -83,8 +91,8 @@ pub async fn run(
     let mut processor = DetectorProcessor {
         detector: Detector::new(settings.tuning.clone(), rules),
         decoders,
-        failures_topic: kafka.topic("failures"),
-        agent_topic: kafka.topic("agent"),
+        failures_topic: topics.name(Topic::Failures).to_string(),
+        agent_topic: topics.name(Topic::Agent).to_string(),
         agent_codec: AvroCodec::default(),
         failure_codec: AvroCodec::default(),
         // Lost connections are counted from the runtime's start.
@@ -381,16 +389,6 @@ fn with_topic_discovery(kafka: &KafkaConfig, every_s: f64) -> KafkaConfig {
         );
     }
     kafka
-}
-
-fn regex_escape(topic: &str) -> String {
-    topic
-        .chars()
-        .flat_map(|c| {
-            let escape = !(c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            escape.then_some('\\').into_iter().chain(std::iter::once(c))
-        })
-        .collect()
 }
 
 fn describe_metrics() {

@@ -15,7 +15,9 @@
 
 use std::future::Future;
 
-use unicron_bus::{AvroCodec, DecodeError, InboundRecord, KafkaConfig};
+use unicron_bus::{
+    AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic, Topics,
+};
 use unicron_core::executor::{self, Backoff, Gate, Outcome, Rejection};
 use unicron_core::{Command, CommandResult, CommandStatus};
 use unicron_runtime::{Applied, Durability, Processor, RuntimeOptions, StartFrom, Step};
@@ -41,7 +43,7 @@ pub async fn run(
     let options = RuntimeOptions {
         service: SERVICE,
         group_id: settings.group(),
-        subscriptions: vec![kafka.topic("commands")],
+        subscriptions: vec![Subscription::Topic(Topic::Commands)],
         durability: Durability::Store {
             state_dir: settings.state_dir.clone(),
             sync: settings.sync_writes,
@@ -53,7 +55,7 @@ pub async fn run(
         backend: Backend::new(&settings.backend)?,
         backoff: settings.backoff,
         name: settings.name.clone(),
-        results_topic: kafka.topic("command-results"),
+        results_topic: Topics::new(kafka).name(Topic::CommandResults).to_string(),
         command_codec: AvroCodec::default(),
         result_codec: AvroCodec::default(),
     };

@@ -11,13 +11,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use unicron_bus::history::read_topic;
-use unicron_bus::{BusError, KafkaConfig};
+use unicron_bus::{BusError, KafkaConfig, Topic};
 use unicron_core::Decision;
 use unicron_core::planner::{Input, InputEvent, Planner};
 use unicron_store::{Commit, Store};
 
 use crate::error::PlannerError;
-use crate::service::{Codecs, Topics, decode_input, load_cluster, state_key};
+use crate::service::{Topics, load_cluster, state_key};
 
 /// Catches `planner` up on the input partitions in `assigned` and commits
 /// the result. Returns the number of decisions applied.
@@ -27,13 +27,12 @@ pub async fn catch_up(
     kafka: &KafkaConfig,
     brokers: &str,
     topics: &Topics,
-    codecs: &Codecs,
     assigned: &[(String, i32)],
 ) -> Result<u64, PlannerError> {
-    let inputs = [&topics.failures, &topics.cluster, &topics.results];
+    let inputs = unicron_bus::PlannerInputs::TOPICS.map(|t| topics.names.name(t));
     let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
     for (topic, partition) in assigned {
-        if inputs.contains(&topic) {
+        if inputs.contains(&topic.as_str()) {
             let stored = store.offset(topic, *partition)?.unwrap_or(0);
             next.insert((topic.clone(), *partition), stored);
         }
@@ -41,11 +40,11 @@ pub async fn catch_up(
     if next.is_empty() {
         return Ok(0);
     }
-    let decisions = read(kafka, brokers, &topics.decisions).await?;
+    let decisions = read(kafka, brokers, topics.names.name(Topic::Decisions)).await?;
     let mut seen = BTreeSet::new();
     let missed: Vec<Decision> = decisions
         .iter()
-        .filter_map(|r| codecs.decision.decode(&r.payload).ok())
+        .filter_map(|r| topics.decision.decode(&r.payload).ok())
         .filter(|d| {
             let t = &d.trigger;
             next.get(&(t.topic.clone(), t.partition))
@@ -61,8 +60,7 @@ pub async fn catch_up(
     let mut events: BTreeMap<(String, i32, i64), InputEvent> = BTreeMap::new();
     for topic in wanted {
         for record in read(kafka, brokers, topic).await? {
-            let decoded = decode_input(topics, codecs, topic, &record.payload);
-            if let Ok(event) = decoded {
+            if let Some(Ok(event)) = topics.inputs.decode(topic, &record.payload) {
                 events.insert((record.topic, record.partition, record.offset), event);
             }
         }

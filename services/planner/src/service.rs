@@ -5,10 +5,12 @@
 use std::future::Future;
 use std::time::Instant;
 
-use unicron_bus::{AvroCodec, DecodeError, InboundRecord, KafkaConfig};
+use unicron_bus::{
+    AvroCodec, DecodeError, InboundRecord, KafkaConfig, PlannerInputs, Subscription, Topic,
+};
 use unicron_core::planner::{ClusterState, Input, InputEvent, Output, Planner};
 use unicron_core::signing::CommandSigner;
-use unicron_core::{ClusterEvent, Command, CommandResult, Decision, FailureEvent};
+use unicron_core::{Command, Decision};
 use unicron_runtime::{Applied, Durability, Never, Processor, RuntimeOptions, StartFrom, Step};
 use unicron_store::Store;
 
@@ -17,34 +19,34 @@ use crate::settings::PlannerSettings;
 
 const SERVICE: &str = "planner";
 
-/// Topic names and codecs of the planner's inputs and outputs.
+/// How the planner reads its inputs and writes its outputs.
 pub(crate) struct Topics {
-    pub failures: String,
-    pub cluster: String,
-    pub results: String,
-    pub decisions: String,
-    pub commands: String,
+    pub names: unicron_bus::Topics,
+    pub inputs: PlannerInputs,
+    pub decision: AvroCodec<Decision>,
+    pub command: AvroCodec<Command>,
 }
 
 impl Topics {
     fn new(kafka: &KafkaConfig) -> Topics {
+        let names = unicron_bus::Topics::new(kafka);
         Topics {
-            failures: kafka.topic("failures"),
-            cluster: kafka.topic("cluster"),
-            results: kafka.topic("command-results"),
-            decisions: kafka.topic("decisions"),
-            commands: kafka.topic("commands"),
+            inputs: PlannerInputs::new(names.clone()),
+            names,
+            decision: AvroCodec::default(),
+            command: AvroCodec::default(),
         }
     }
-}
 
-#[derive(Default)]
-pub(crate) struct Codecs {
-    pub failure: AvroCodec<FailureEvent>,
-    pub cluster: AvroCodec<ClusterEvent>,
-    pub result: AvroCodec<CommandResult>,
-    pub decision: AvroCodec<Decision>,
-    pub command: AvroCodec<Command>,
+    /// A planner input by its topic (full name).
+    pub fn decode(&self, topic: &str, payload: &[u8]) -> Result<InputEvent, DecodeError> {
+        self.inputs.decode(topic, payload).unwrap_or_else(|| {
+            Err(DecodeError::Invalid {
+                record: "planner input",
+                reason: format!("{topic} is not an input of the planner"),
+            })
+        })
+    }
 }
 
 pub(crate) fn state_key(cluster: &str) -> Vec<u8> {
@@ -83,11 +85,10 @@ pub async fn run(
     let options = RuntimeOptions {
         service: SERVICE,
         group_id: settings.group_id.clone(),
-        subscriptions: vec![
-            topics.failures.clone(),
-            topics.cluster.clone(),
-            topics.results.clone(),
-        ],
+        subscriptions: PlannerInputs::TOPICS
+            .into_iter()
+            .map(Subscription::Topic)
+            .collect(),
         durability: Durability::Store {
             state_dir: settings.state_dir.clone(),
             sync: settings.sync_writes,
@@ -101,7 +102,6 @@ pub async fn run(
         kafka: kafka.clone(),
         brokers: brokers.to_string(),
         topics,
-        codecs: Codecs::default(),
     };
     tracing::info!(group = %settings.group_id, state_dir = %settings.state_dir.display(), "planner starting");
     unicron_runtime::run(kafka, brokers, &options, &mut processor, shutdown).await
@@ -114,7 +114,6 @@ struct PlannerProcessor {
     kafka: KafkaConfig,
     brokers: String,
     topics: Topics,
-    codecs: Codecs,
 }
 
 impl Processor for PlannerProcessor {
@@ -124,7 +123,7 @@ impl Processor for PlannerProcessor {
     type Error = PlannerError;
 
     fn decode(&self, record: &InboundRecord) -> Result<InputEvent, DecodeError> {
-        decode_input(&self.topics, &self.codecs, &record.topic, &record.payload)
+        self.topics.decode(&record.topic, &record.payload)
     }
 
     fn apply(
@@ -161,14 +160,22 @@ impl Processor for PlannerProcessor {
                     }
                     metrics::counter!("unicron_planner_decisions_total", "cluster" => cluster.clone())
                         .increment(1);
-                    let payload = self.codecs.decision.encode(&decision)?;
-                    step.publish(&self.topics.decisions, cluster.as_bytes(), payload);
+                    let payload = self.topics.decision.encode(&decision)?;
+                    step.publish(
+                        self.topics.names.name(Topic::Decisions),
+                        cluster.as_bytes(),
+                        payload,
+                    );
                 }
                 Output::Command(command) => {
                     metrics::counter!("unicron_planner_commands_total", "action" => command.action.symbol())
                         .increment(1);
-                    let payload = self.codecs.command.encode(&command)?;
-                    step.publish(&self.topics.commands, cluster.as_bytes(), payload);
+                    let payload = self.topics.command.encode(&command)?;
+                    step.publish(
+                        self.topics.names.name(Topic::Commands),
+                        cluster.as_bytes(),
+                        payload,
+                    );
                 }
             }
         }
@@ -207,27 +214,10 @@ impl Processor for PlannerProcessor {
             &self.kafka,
             &self.brokers,
             &self.topics,
-            &self.codecs,
             assigned,
         )
         .await?;
         Ok(())
-    }
-}
-
-/// A planner input by its topic: a failure, a cluster event or a result.
-pub(crate) fn decode_input(
-    topics: &Topics,
-    codecs: &Codecs,
-    topic: &str,
-    payload: &[u8],
-) -> Result<InputEvent, DecodeError> {
-    if topic == topics.failures {
-        codecs.failure.decode(payload).map(InputEvent::Failure)
-    } else if topic == topics.cluster {
-        codecs.cluster.decode(payload).map(InputEvent::Cluster)
-    } else {
-        codecs.result.decode(payload).map(InputEvent::Result)
     }
 }
 

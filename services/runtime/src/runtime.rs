@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use unicron_bus::dlq::encode_dead_letter;
-use unicron_bus::{AvroCodec, Consumer, InboundRecord, KafkaConfig, Producer};
+use unicron_bus::{
+    AvroCodec, Consumer, InboundRecord, KafkaConfig, Producer, Subscription, Topic, Topics,
+};
 use unicron_core::DeadLetter;
 use unicron_store::{Commit, Store, StoreOptions};
 
@@ -53,8 +55,7 @@ pub struct RuntimeOptions {
     /// The service's name in metrics, logs and dead letters.
     pub service: &'static str,
     pub group_id: String,
-    /// Full topic names or `^regex$` patterns.
-    pub subscriptions: Vec<String>,
+    pub subscriptions: Vec<Subscription>,
     pub durability: Durability,
 }
 
@@ -98,16 +99,22 @@ pub async fn run<P: Processor>(
     };
     let consumer = Consumer::with_context(kafka, brokers, &options.group_id, membership.clone())
         .map_err(RuntimeError::from)?;
-    let topics: Vec<&str> = options.subscriptions.iter().map(String::as_str).collect();
+    let names = Topics::new(kafka);
+    let subscriptions: Vec<String> = options
+        .subscriptions
+        .iter()
+        .map(|s| s.resolve(&names))
+        .collect();
+    let topics: Vec<&str> = subscriptions.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(RuntimeError::from)?;
-    tracing::info!(service = options.service, group = %options.group_id, topics = ?options.subscriptions, "running");
+    tracing::info!(service = options.service, group = %options.group_id, topics = ?subscriptions, "running");
 
     let mut driver = Driver {
         service: options.service,
         store: store.as_deref(),
         producer: &producer,
         consumer: &consumer,
-        dlq_topic: kafka.topic("dlq"),
+        dlq_topic: names.name(Topic::Dlq).to_string(),
         dlq_payload_bytes: kafka.dlq_payload_bytes,
         dead_letter_codec: AvroCodec::default(),
     };

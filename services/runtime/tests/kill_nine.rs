@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use unicron_bus::{Consumer, DecodeError, EmbeddedBroker, InboundRecord, KafkaConfig, Producer};
+use unicron_bus::{
+    Consumer, DecodeError, EmbeddedBroker, InboundRecord, KafkaConfig, Producer, Subscription,
+};
 use unicron_runtime::{Applied, Durability, Never, Processor, RuntimeOptions, StartFrom, Step};
 
 const INPUT: &str = "toy.in";
@@ -84,7 +86,10 @@ async fn service(state_dir: String, brokers: String) {
     let options = RuntimeOptions {
         service: "toy",
         group_id: "toy".into(),
-        subscriptions: vec![INPUT.into()],
+        subscriptions: vec![Subscription::External {
+            name: INPUT.into(),
+            optional: false,
+        }],
         durability: Durability::Store {
             state_dir: state_dir.into(),
             sync: false,

@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use futures::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use unicron_bus::Topic;
 use unicron_bus::{AvroCodec, BusError, Consumer, KafkaConfig, Producer};
 use unicron_core::executor::{ActionRequest, ActionResponse};
 use unicron_core::{AgentEvent, ClusterEvent, FailureEvent, LogRecord, TelemetryBatch};
@@ -105,7 +106,7 @@ pub async fn start(
     })?;
     let producer = Producer::new(kafka, brokers)?;
     let failures = Consumer::new(kafka, brokers, &format!("unicron-sim.{}", config.cluster))?;
-    failures.subscribe(&[&kafka.topic("failures")])?;
+    failures.subscribe(&[unicron_bus::Topics::new(kafka).name(Topic::Failures)])?;
 
     let (stop, stopped) = watch::channel(false);
     let (ended, _) = watch::channel(false);
@@ -223,11 +224,13 @@ struct Topics {
 
 impl Topics {
     fn new(kafka: &KafkaConfig) -> Topics {
+        let names = unicron_bus::Topics::new(kafka);
+        let name = |topic| names.name(topic).to_string();
         Topics {
-            telemetry: kafka.topic("telemetry"),
-            logs: kafka.topic("logs"),
-            agent: kafka.topic("agent"),
-            cluster: kafka.topic("cluster"),
+            telemetry: name(Topic::Telemetry),
+            logs: name(Topic::Logs),
+            agent: name(Topic::Agent),
+            cluster: name(Topic::Cluster),
         }
     }
 }
