@@ -1,9 +1,7 @@
 //! The consumer every service reads with: a consumer group, offsets stored
 //! only after a record is handled, and bad records routed to the DLQ.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-
+use dashmap::DashMap;
 use rdkafka::consumer::{Consumer as _, ConsumerContext, DefaultConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, Timestamp};
@@ -42,7 +40,7 @@ pub struct Consumer<C: ConsumerContext + 'static = DefaultConsumerContext> {
     max_record_bytes: usize,
     group_id: String,
     /// Lag gauges by (topic, partition), so the hot path does not build labels.
-    lag: Mutex<BTreeMap<(String, i32), metrics::Gauge>>,
+    lag: DashMap<(String, i32), metrics::Gauge>,
 }
 
 impl Consumer {
@@ -84,7 +82,7 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
             inner: client.create_with_context(context)?,
             max_record_bytes: config.max_record_bytes,
             group_id: group_id.to_string(),
-            lag: Mutex::new(BTreeMap::new()),
+            lag: DashMap::new(),
         })
     }
 
@@ -193,8 +191,8 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
     }
 
     fn record_lag(&self, topic: &str, partition: i32, lag: i64) {
-        let mut gauges = self.lag.lock().unwrap_or_else(|e| e.into_inner());
-        let gauge = gauges
+        let gauge = self
+            .lag
             .entry((topic.to_string(), partition))
             .or_insert_with(|| {
                 metrics::gauge!(

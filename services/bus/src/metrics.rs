@@ -2,13 +2,13 @@
 //! by the I/O layer. Service-specific metrics are named in their crates and
 //! all are listed in `docs/metrics.md`.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use dashmap::DashMap;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -29,7 +29,7 @@ pub const SERVICE_READY: &str = "unicron_service_ready";
 
 /// Services of this process and whether each is ready; `GET /readyz` is 200
 /// only when every registered service is.
-static READY: Mutex<BTreeMap<&'static str, bool>> = Mutex::new(BTreeMap::new());
+static READY: LazyLock<DashMap<&'static str, bool>> = LazyLock::new(DashMap::new);
 
 /// Registers `service` as part of this process, not ready yet. Call it
 /// before the service starts, so `/readyz` fails until it runs.
@@ -39,22 +39,19 @@ pub fn register(service: &'static str) {
 
 /// Marks `service` ready (its consume loop runs) or not (it stopped).
 pub fn set_ready(service: &'static str, ready: bool) {
-    READY
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(service, ready);
+    READY.insert(service, ready);
     metrics::gauge!(SERVICE_READY, "service" => service).set(if ready { 1.0 } else { 0.0 });
 }
 
 /// Services that are registered and not ready; empty when the process is ready.
 pub fn not_ready() -> Vec<&'static str> {
-    READY
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    let mut waiting: Vec<&'static str> = READY
         .iter()
-        .filter(|(_, ready)| !**ready)
-        .map(|(service, _)| *service)
-        .collect()
+        .filter(|entry| !*entry.value())
+        .map(|entry| *entry.key())
+        .collect();
+    waiting.sort_unstable();
+    waiting
 }
 
 /// Marks a service ready for as long as the guard lives.
