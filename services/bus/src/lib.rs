@@ -5,6 +5,9 @@
 //! the embedded broker and the Prometheus endpoint. Nothing here decides
 //! anything; decisions live in `unicron-core` (docs/design.md §2).
 
+// One module reads librdkafka's cache through its C API; nothing else.
+#![deny(unsafe_code)]
+
 pub mod admin;
 pub mod archive;
 pub mod codec;
@@ -23,6 +26,8 @@ pub mod resume;
 pub mod schemas;
 pub mod testing;
 pub mod topology;
+#[allow(unsafe_code)]
+mod watermark_cache;
 
 pub use codec::{AvroCodec, DecodeError, Framing};
 pub use config::KafkaConfig;
