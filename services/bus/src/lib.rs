@@ -24,6 +24,7 @@ pub mod producer;
 pub mod rebalance;
 pub mod resume;
 pub mod schemas;
+#[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod topology;
 #[allow(unsafe_code)]
