@@ -13,6 +13,7 @@ use crate::config::KafkaConfig;
 use crate::dlq::DeadLetterSink;
 use crate::error::BusError;
 use crate::metrics::{CONSUMER_LAG, RECORDS_IN};
+use crate::watermark_cache::cached_high_watermark;
 
 /// One record as read from Kafka, owned so it can outlive the consumer's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,26 +215,8 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
     }
 
     /// The partition's high watermark at the latest fetch, if known.
-    /// librdkafka caches it from every fetch response; rdkafka wraps only
-    /// the network query for it, so this reads the cache through the C API
-    /// (no I/O, no blocking).
     fn high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
-        let topic = std::ffi::CString::new(topic).ok()?;
-        let (mut low, mut high) = (-1i64, -1i64);
-        // SAFETY: the client pointer is valid while `self.inner` lives; the
-        // topic is a NUL-terminated string that outlives the call; low and
-        // high are valid for writes.
-        let code = unsafe {
-            rdkafka::bindings::rd_kafka_get_watermark_offsets(
-                self.inner.client().native_ptr(),
-                topic.as_ptr(),
-                partition,
-                &mut low,
-                &mut high,
-            )
-        };
-        (code == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
-            .then_some(high)
+        cached_high_watermark(self.inner.client(), topic, partition)
     }
 
     /// The next record that `decode` accepts. Oversized records and records

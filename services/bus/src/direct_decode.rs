@@ -219,20 +219,10 @@ pub fn decode(bytes: &[u8]) -> Result<TelemetryBatch> {
 /// records and the bytes are a complete, valid datum of it; `None` sends the
 /// caller to apache-avro.
 pub fn decode_datum<T: crate::schemas::AvroRecord>(bytes: &[u8]) -> Option<T> {
-    use crate::schemas::RecordType;
-    let boxed: Box<dyn std::any::Any> = match T::RECORD {
-        RecordType::TelemetryBatch => Box::new(decode(bytes).ok()?),
-        RecordType::AgentEvent => {
-            let mut c = Cursor::new(bytes);
-            let event = agent_event(&mut c).ok()?;
-            if !c.is_empty() {
-                return None;
-            }
-            Box::new(event)
-        }
-        _ => return None,
-    };
-    boxed.downcast::<T>().ok().map(|b| *b)
+    let decoder = T::DIRECT_DECODER?;
+    let mut c = Cursor::new(bytes);
+    let record = decoder(&mut c).ok()?;
+    c.is_empty().then_some(record)
 }
 
 #[cfg(test)]

@@ -5,6 +5,9 @@
 //! the embedded broker and the Prometheus endpoint. Nothing here decides
 //! anything; decisions live in `unicron-core` (docs/design.md §2).
 
+// One module reads librdkafka's cache through its C API; nothing else.
+#![deny(unsafe_code)]
+
 pub mod admin;
 pub mod archive;
 pub mod codec;
@@ -20,9 +23,12 @@ pub mod metrics;
 pub mod planner_input;
 pub mod producer;
 pub mod schemas;
+#[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod topic;
 pub mod topology;
+#[allow(unsafe_code)]
+mod watermark_cache;
 
 pub use codec::{AvroCodec, DecodeError, Framing};
 pub use config::KafkaConfig;

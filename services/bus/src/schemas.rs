@@ -4,6 +4,8 @@ use std::sync::LazyLock;
 
 use apache_avro::Schema;
 
+use crate::direct_decode::{self, Cursor};
+
 /// A record type of docs/design.md §3 and the `.avsc` file that defines it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RecordType {
@@ -81,9 +83,15 @@ impl RecordType {
     }
 }
 
+/// Reads one record of the current schema's binary encoding at the cursor.
+pub type DirectDecoder<T> = fn(&mut Cursor<'_>) -> Result<T, String>;
+
 /// Ties a core record type to its schema.
 pub trait AvroRecord: serde::Serialize + serde::de::DeserializeOwned + 'static {
     const RECORD: RecordType;
+    /// The direct decoder of the high-volume records (`direct_decode`);
+    /// `None` for the others, which apache-avro decodes.
+    const DIRECT_DECODER: Option<DirectDecoder<Self>> = None;
 }
 
 macro_rules! avro_record {
@@ -95,9 +103,7 @@ macro_rules! avro_record {
 }
 
 avro_record!(
-    TelemetryBatch,
     LogRecord,
-    AgentEvent,
     FailureEvent,
     ClusterEvent,
     Decision,
@@ -105,3 +111,13 @@ avro_record!(
     CommandResult,
     DeadLetter
 );
+
+impl AvroRecord for unicron_core::TelemetryBatch {
+    const RECORD: RecordType = RecordType::TelemetryBatch;
+    const DIRECT_DECODER: Option<DirectDecoder<Self>> = Some(direct_decode::telemetry_batch);
+}
+
+impl AvroRecord for unicron_core::AgentEvent {
+    const RECORD: RecordType = RecordType::AgentEvent;
+    const DIRECT_DECODER: Option<DirectDecoder<Self>> = Some(direct_decode::agent_event);
+}

@@ -5,6 +5,8 @@
 //! types here mirror the Avro schemas in `schemas/` field for field; the bus
 //! crate proves every one round-trips through its schema.
 
+#![forbid(unsafe_code)]
+
 pub mod allocation;
 pub mod detector;
 pub mod executor;

@@ -140,7 +140,12 @@ impl Planner {
             InputEvent::Cluster(c) => on_cluster_event(&self.config, policy, state, c),
             InputEvent::Result(r) => on_result(&self.config, policy, state, r),
         };
-        let (trigger_kind, ref_id, plan, failure_id) = match step {
+        let Planned {
+            trigger_kind,
+            ref_id,
+            plan,
+            failure_id,
+        } = match step {
             Ok(step) => step,
             Err(reason) => {
                 *state = before;
@@ -224,8 +229,19 @@ impl Planner {
     }
 }
 
-/// (trigger kind, ref id, plan, failure id for causation)
-type Step = Result<(&'static str, String, Plan, Option<String>), String>;
+/// What an input leads to, before it becomes a decision and commands.
+struct Planned {
+    /// The decision's trigger kind.
+    trigger_kind: &'static str,
+    /// The decision's trigger ref id: the failure, job, node or command.
+    ref_id: String,
+    plan: Plan,
+    /// The failure the commands are caused by, for their causation.
+    failure_id: Option<String>,
+}
+
+/// A planned input, or why it is rejected.
+type Step = Result<Planned, String>;
 
 /// SHA-256 of the cluster state the decision is taken on and the input's
 /// coordinates: two decisions with equal digests saw the same world.
@@ -329,7 +345,12 @@ fn on_failure(
             config.escalation_window_s, plan.reason
         );
     }
-    Ok(("failure", f.id.clone(), plan, Some(f.id.clone())))
+    Ok(Planned {
+        trigger_kind: "failure",
+        ref_id: f.id.clone(),
+        plan,
+        failure_id: Some(f.id.clone()),
+    })
 }
 
 fn push_bounded(times: &mut Vec<i64>, time: i64) {
@@ -435,7 +456,12 @@ fn on_cluster_event(
         ClusterEventKind::Unknown => return Err("cluster event of unknown kind".into()),
     };
     let plan = policy.on_capacity_change(config, state, hit_job.as_deref());
-    Ok(("cluster_event", ref_id, plan, None))
+    Ok(Planned {
+        trigger_kind: "cluster_event",
+        ref_id,
+        plan,
+        failure_id: None,
+    })
 }
 
 fn on_result(
@@ -452,7 +478,12 @@ fn on_result(
             state,
             format!("result {:?} for a command not in flight", r.status),
         );
-        return Ok(("command_result", r.command_id.clone(), plan, None));
+        return Ok(Planned {
+            trigger_kind: "command_result",
+            ref_id: r.command_id.clone(),
+            plan,
+            failure_id: None,
+        });
     };
     let plan = match r.status {
         CommandStatus::Accepted | CommandStatus::Unknown => {
@@ -534,12 +565,12 @@ fn on_result(
             }
         }
     };
-    Ok((
-        "command_result",
-        r.command_id.clone(),
+    Ok(Planned {
+        trigger_kind: "command_result",
+        ref_id: r.command_id.clone(),
         plan,
-        flight.failure_id,
-    ))
+        failure_id: flight.failure_id,
+    })
 }
 
 /// Jobs of a cluster that lost GPUs, for tests and status pages.

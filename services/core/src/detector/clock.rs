@@ -1,0 +1,204 @@
+//! The clocks the detector's timers run on: each cluster's clock, robust to
+//! one node's clock running ahead, and how far each source partition has
+//! been read, so a partition that is behind holds the watermark back.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::Source;
+use super::config::{DetectorConfig, ms};
+
+/// 2000-01-01T00:00:00Z: nothing a running cluster reports is older.
+pub const MIN_EVENT_MS: i64 = 946_684_800_000;
+/// 2100-01-01T00:00:00Z: nothing is newer.
+pub const MAX_EVENT_MS: i64 = 4_102_444_800_000;
+
+/// The event time a cluster has reached.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct ClusterClock {
+    /// The cluster's clock: never goes back.
+    newest_ms: Option<i64>,
+    /// Newest event time per reporting node, and the same ranked, for
+    /// [`ClusterClock::skew_bounded`].
+    node_times: BTreeMap<String, i64>,
+    ranked: BTreeSet<(i64, String)>,
+}
+
+impl ClusterClock {
+    /// The cluster's clock; `None` until it has accepted an event.
+    pub fn now(&self) -> Option<i64> {
+        self.newest_ms
+    }
+
+    /// Whether an event at `time_ms` is plausible: within 2000..2100, and
+    /// not further ahead of the clock than `max_future_skew_s`.
+    pub fn check(&self, time_ms: i64, config: &DetectorConfig) -> Result<(), String> {
+        if !(MIN_EVENT_MS..=MAX_EVENT_MS).contains(&time_ms) {
+            return Err(format!("event time {time_ms} ms is outside 2000..2100"));
+        }
+        if let Some(newest) = self.newest_ms
+            && time_ms > newest + ms(config.max_future_skew_s)
+        {
+            return Err(format!(
+                "event time {time_ms} ms is {} s ahead of the cluster's newest record",
+                (time_ms - newest) / 1000
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records that `node` reported `time_ms` and moves the clock.
+    pub fn advance(&mut self, node: &str, time_ms: i64, config: &DetectorConfig) {
+        match self.node_times.get_mut(node) {
+            Some(t) if *t >= time_ms => return,
+            Some(t) => {
+                self.ranked.remove(&(*t, node.to_string()));
+                *t = time_ms;
+            }
+            None => {
+                self.node_times.insert(node.to_string(), time_ms);
+            }
+        }
+        self.ranked.insert((time_ms, node.to_string()));
+        self.newest_ms = self.newest_ms.max(self.skew_bounded(config));
+    }
+
+    /// An idle tick: not a node's report, only the clock moves.
+    pub fn tick(&mut self, time_ms: i64) {
+        self.newest_ms = self.newest_ms.max(Some(time_ms));
+    }
+
+    /// The event time the cluster has reached. With three or more nodes
+    /// that is the second newest node's time, so one node whose clock runs
+    /// ahead cannot make every other node look silent; but never more than
+    /// `max_clock_skew_s` behind the newest, so a cluster in which one node
+    /// survives still sees the others go silent.
+    fn skew_bounded(&self, config: &DetectorConfig) -> Option<i64> {
+        let mut newest_first = self.ranked.iter().rev().map(|(t, _)| *t);
+        let newest = newest_first.next()?;
+        if self.ranked.len() < 3 {
+            return Some(newest);
+        }
+        let second = newest_first.next().unwrap_or(newest);
+        Some(second.max(newest - ms(config.max_clock_skew_s)))
+    }
+}
+
+/// How far one source partition has been read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct PartitionClock {
+    newest_ms: Option<i64>,
+    /// The consumer has unread records on it.
+    behind: bool,
+}
+
+/// Per topic and partition: the newest event time read and whether the
+/// consumer has caught up with it.
+#[derive(Debug, Default)]
+pub(super) struct SourceClocks {
+    clocks: BTreeMap<String, BTreeMap<i32, PartitionClock>>,
+    /// How many clocks are behind; none (in-order feeds, a consumer that
+    /// keeps up) spares the timers the scan of a cluster's partitions.
+    behind: usize,
+}
+
+impl SourceClocks {
+    pub fn clear(&mut self) {
+        self.clocks.clear();
+        self.behind = 0;
+    }
+
+    /// A record of `source` was read, whose newest accepted event time is
+    /// `accepted_ms`; `caught_up` when nothing newer was on its partition.
+    pub fn read(&mut self, source: &Source, accepted_ms: Option<i64>, caught_up: bool) {
+        let Source {
+            topic, partition, ..
+        } = source;
+        let clock = match self.clocks.get_mut(topic) {
+            Some(partitions) => partitions.entry(*partition).or_default(),
+            None => self
+                .clocks
+                .entry(topic.clone())
+                .or_default()
+                .entry(*partition)
+                .or_default(),
+        };
+        clock.newest_ms = clock.newest_ms.max(accepted_ms);
+        match (clock.behind, caught_up) {
+            (false, false) => self.behind += 1,
+            (true, true) => self.behind -= 1,
+            _ => {}
+        }
+        clock.behind = !caught_up;
+    }
+
+    /// `partition` of `topic` was found read to its end after all.
+    pub fn mark_caught_up(&mut self, topic: &str, partition: i32) {
+        if let Some(clock) = self
+            .clocks
+            .get_mut(topic)
+            .and_then(|c| c.get_mut(&partition))
+            && clock.behind
+        {
+            clock.behind = false;
+            self.behind -= 1;
+        }
+    }
+
+    /// Partitions whose latest record was read while more were known to be
+    /// on them.
+    pub fn behind_partitions(&self) -> Vec<(String, i32)> {
+        if self.behind == 0 {
+            return Vec::new();
+        }
+        self.clocks
+            .iter()
+            .flat_map(|(topic, partitions)| {
+                partitions
+                    .iter()
+                    .filter(|(_, clock)| clock.behind)
+                    .map(move |(p, _)| (topic.clone(), *p))
+            })
+            .collect()
+    }
+
+    /// Whether every partition of `sources` (partitions by topic) has been
+    /// read to its end.
+    pub fn all_read(&self, sources: &BTreeMap<String, BTreeSet<i32>>) -> bool {
+        sources.iter().all(|(topic, partitions)| {
+            partitions.iter().all(|p| {
+                !self
+                    .clocks
+                    .get(topic)
+                    .and_then(|c| c.get(p))
+                    .is_some_and(|clock| clock.behind)
+            })
+        })
+    }
+
+    /// The timers' watermark of a cluster whose clock reads `newest` and
+    /// whose records come from `sources`: the clock, held back to the
+    /// newest time every partition still being read has reached (a node
+    /// whose heartbeats sit unread in a lagging partition is not silent,
+    /// only behind), less the allowed lateness.
+    pub fn watermark(
+        &self,
+        newest: i64,
+        sources: &BTreeMap<String, BTreeSet<i32>>,
+        config: &DetectorConfig,
+    ) -> i64 {
+        let behind = (self.behind > 0)
+            .then(|| {
+                sources
+                    .iter()
+                    .filter_map(|(topic, partitions)| {
+                        self.clocks.get(topic).map(|c| (c, partitions))
+                    })
+                    .flat_map(|(c, partitions)| partitions.iter().filter_map(|p| c.get(p)))
+                    .filter(|clock| clock.behind)
+                    .filter_map(|clock| clock.newest_ms)
+                    .min()
+            })
+            .flatten();
+        behind.map_or(newest, |b| b.min(newest)) - ms(config.allowed_lateness_s)
+    }
+}

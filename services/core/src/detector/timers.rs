@@ -1,0 +1,177 @@
+//! The timers that read silence as failure, fired by the watermark:
+//! heartbeat deadlines (a node stopped reporting) and hangs (a job stopped
+//! completing iterations).
+
+use std::collections::BTreeSet;
+
+use super::config::{DetectorConfig, ms};
+use super::correlate::Candidate;
+use super::{ClusterView, NodeView, Source, evidence};
+use crate::records::{AgentEvent, DetectionMethod};
+use crate::taxonomy::{FailureKind, Severity};
+
+/// (heartbeat deadline, node) of every watched node, soonest first: the
+/// timers fire by popping the front, not by scanning every node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct HeartbeatDeadlines(BTreeSet<(i64, String)>);
+
+impl HeartbeatDeadlines {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// A heartbeat of `node` (named by `event`), heard when the cluster's
+    /// clock reads `now`. A newer one than the last restarts the deadline,
+    /// from `now`: a node whose own clock runs slow is not silent.
+    pub fn heartbeat(
+        &mut self,
+        node: &mut NodeView,
+        event: &AgentEvent,
+        now: Option<i64>,
+        source: &Source,
+        config: &DetectorConfig,
+    ) {
+        if node.last_heartbeat_ms.is_some_and(|t| event.time_ms <= t) {
+            return; // not newer than the last
+        }
+        let deadline = ms(config.heartbeat_deadline_s);
+        if let (Some(heard), None) = (node.heard_ms, node.lost_at_ms) {
+            self.0.remove(&(heard + deadline, event.node.clone()));
+        }
+        // Applied after the clock moved, so never behind the event.
+        let heard = now.unwrap_or(event.time_ms);
+        node.last_heartbeat_ms = Some(event.time_ms);
+        node.heard_ms = Some(heard);
+        node.heartbeat_evidence = Some(evidence(
+            source,
+            &event.node,
+            "last heartbeat",
+            config.excerpt_bytes,
+        ));
+        // A node heard from after it was reported lost is back.
+        if node.lost_at_ms.is_some_and(|lost| event.time_ms > lost) {
+            node.lost_at_ms = None;
+        }
+        if node.lost_at_ms.is_none() {
+            self.0.insert((heard + deadline, event.node.clone()));
+        }
+    }
+
+    /// The soonest deadline if the watermark has passed it, removed.
+    fn pop_passed(&mut self, watermark: i64) -> Option<(i64, String)> {
+        if self.0.first().is_some_and(|(at, _)| *at < watermark) {
+            self.0.pop_first()
+        } else {
+            None
+        }
+    }
+}
+
+impl ClusterView {
+    /// Marks `node` reported lost at `at`: its heartbeat timer stops.
+    pub(super) fn mark_lost(&mut self, node: &str, at: i64, config: &DetectorConfig) {
+        if let Some(view) = self.nodes.get_mut(node) {
+            if let (Some(last), None) = (view.heard_ms, view.lost_at_ms) {
+                self.deadlines
+                    .0
+                    .remove(&(last + ms(config.heartbeat_deadline_s), node.to_string()));
+            }
+            view.lost_at_ms = Some(view.lost_at_ms.map_or(at, |t| t.max(at)));
+        }
+    }
+}
+
+/// Whether a timer of `view` is pending: a heartbeat deadline, held
+/// symptoms (a correlation window) or a job's hang.
+pub(super) fn pending(view: &ClusterView, config: &DetectorConfig) -> bool {
+    !view.deadlines.is_empty()
+        || view.correlator.holds_any()
+        || view
+            .jobs
+            .values()
+            .any(|j| j.hang_deadline_ms(config).is_some())
+}
+
+/// The heartbeat and hang timers of `view` the watermark has passed, in
+/// deadline order.
+pub(super) fn due(
+    view: &mut ClusterView,
+    watermark: i64,
+    config: &DetectorConfig,
+) -> Vec<Candidate> {
+    let mut due = lost_nodes(view, watermark);
+    hung_jobs(view, watermark, config, &mut due);
+    due.sort_by_key(|(at, _)| *at);
+    due.into_iter().map(|(_, c)| c).collect()
+}
+
+/// Heartbeat loss: pops the deadlines the watermark has passed.
+fn lost_nodes(view: &mut ClusterView, watermark: i64) -> Vec<(i64, Candidate)> {
+    let mut due = Vec::new();
+    while let Some((at, name)) = view.deadlines.pop_passed(watermark) {
+        let Some(node) = view.nodes.get_mut(&name) else {
+            continue;
+        };
+        node.lost_at_ms = Some(at);
+        due.push((
+            at,
+            Candidate {
+                kind: FailureKind::LostConnection,
+                severity: Severity::Sev1,
+                method: DetectionMethod::Heartbeat,
+                rule: Some("heartbeat.deadline".into()),
+                node: Some(name),
+                gpu: None,
+                job: node.job.clone(),
+                rank: None,
+                time_ms: node.last_heartbeat_ms.unwrap_or(at),
+                evidence: node.heartbeat_evidence.iter().cloned().collect(),
+            },
+        ));
+    }
+    due
+}
+
+/// No progress for hang_factor × the mean iteration time. `due` holds the
+/// nodes lost by this watermark.
+fn hung_jobs(
+    view: &mut ClusterView,
+    watermark: i64,
+    config: &DetectorConfig,
+    due: &mut Vec<(i64, Candidate)>,
+) {
+    for (job, progress) in view.jobs.iter_mut() {
+        let Some(at) = progress.hang_deadline_ms(config) else {
+            continue;
+        };
+        if at >= watermark {
+            continue;
+        }
+        // Timers that fire together (after a hold, or a sparse feed)
+        // act in deadline order, as they would one at a time: a node of
+        // the job lost before its hang deadline explains the stall.
+        if let Some((_, lost)) = due
+            .iter()
+            .find(|(lost_at, c)| *lost_at < at && c.job.as_deref() == Some(job.as_str()))
+        {
+            progress.stall_reported_ms = Some(lost.time_ms);
+            continue;
+        }
+        progress.stall_reported_ms = Some(at);
+        due.push((
+            at,
+            Candidate {
+                kind: FailureKind::TaskHang,
+                severity: Severity::Sev2,
+                method: DetectionMethod::Statistical,
+                rule: Some("progress.stalled".into()),
+                node: progress.laggard().map(str::to_string),
+                gpu: None,
+                job: Some(job.clone()),
+                rank: None,
+                time_ms: progress.last_progress_ms.unwrap_or(at),
+                evidence: Vec::new(),
+            },
+        ));
+    }
+}
