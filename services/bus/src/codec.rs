@@ -354,7 +354,7 @@ mod tests {
     use super::*;
     use crate::schemas::RecordType;
 
-    /// Issue 8: 16 bytes, a LogRecord whose attributes map claims 2^25
+    /// A fuzz find: 16 bytes, a LogRecord whose attributes map claims 2^25
     /// entries, made apache-avro reserve 5 GB before reading the first.
     #[test]
     fn a_huge_count_is_refused_before_apache_avro_reserves_it() {

@@ -470,7 +470,7 @@ fn garbage(
     panic!("could not draw {n} bad payloads");
 }
 
-/// Issue 8: every record no decoder can use ends in the DLQ exactly once,
+/// Every record no decoder can use ends in the DLQ exactly once,
 /// with a reason and its source topic, partition and offset. The garbage is
 /// drawn with a fixed seed, so the run is the same every time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -216,7 +216,7 @@ mod request_tests {
         );
     }
 
-    /// Issue 8: this request made the DP allocate 8 GB for its first row
+    /// A fuzz find: this request made the DP allocate 8 GB for its first row
     /// (and would then have run for hours with a job in it).
     #[test]
     fn absurd_sizes_are_refused_before_the_dp_allocates() {
