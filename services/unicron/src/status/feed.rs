@@ -7,44 +7,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use unicron_bus::consumer::InboundRecord;
-use unicron_bus::{AvroCodec, Consumer, KafkaConfig};
-use unicron_core::planner::InputEvent;
+use unicron_bus::{Consumer, KafkaConfig};
 use unicron_core::status::{Read, Record, StatusView};
-use unicron_core::{ClusterEvent, Command, CommandResult, Decision, FailureEvent};
+use unicron_history::{Decoded, Decoder};
 
 /// Group id the reader's client carries; it never joins the group.
 const READER: &str = "unicron-status";
 
-struct Topics {
-    failures: String,
-    cluster: String,
-    results: String,
-    decisions: String,
-    commands: String,
-}
-
-#[derive(Default)]
-struct Codecs {
-    failure: AvroCodec<FailureEvent>,
-    cluster: AvroCodec<ClusterEvent>,
-    result: AvroCodec<CommandResult>,
-    decision: AvroCodec<Decision>,
-    command: AvroCodec<Command>,
-}
-
 /// Reads into `view` until the task is dropped. Broker errors are logged
 /// and retried: the page must outlive a broker restart.
 pub async fn follow(kafka: KafkaConfig, brokers: String, view: Arc<Mutex<StatusView>>) {
-    let topics = Topics {
-        failures: kafka.topic("failures"),
-        cluster: kafka.topic("cluster"),
-        results: kafka.topic("command-results"),
-        decisions: kafka.topic("decisions"),
-        commands: kafka.topic("commands"),
-    };
-    let codecs = Codecs::default();
+    let decoder = Decoder::new(&kafka);
     let consumer = loop {
-        match assigned(&kafka, &brokers, &topics) {
+        match assigned(&kafka, &brokers, &decoder) {
             Ok(consumer) => break consumer,
             Err(e) => {
                 tracing::warn!(error = %e, "status page: waiting for the control-plane topics");
@@ -55,7 +30,7 @@ pub async fn follow(kafka: KafkaConfig, brokers: String, view: Arc<Mutex<StatusV
     loop {
         match consumer.recv().await {
             Ok(record) => {
-                if let Some(read) = decode(&topics, &codecs, record) {
+                if let Some(read) = decode(&decoder, record) {
                     view.lock().unwrap_or_else(|e| e.into_inner()).apply(read);
                 }
             }
@@ -67,15 +42,9 @@ pub async fn follow(kafka: KafkaConfig, brokers: String, view: Arc<Mutex<StatusV
     }
 }
 
-fn assigned(kafka: &KafkaConfig, brokers: &str, topics: &Topics) -> anyhow::Result<Consumer> {
+fn assigned(kafka: &KafkaConfig, brokers: &str, decoder: &Decoder) -> anyhow::Result<Consumer> {
     let consumer = Consumer::new(kafka, brokers, READER)?;
-    let names = [
-        topics.failures.as_str(),
-        topics.cluster.as_str(),
-        topics.results.as_str(),
-        topics.decisions.as_str(),
-        topics.commands.as_str(),
-    ];
+    let names = decoder.control_plane_topics();
     let found = consumer.assign_all_from_start(&names)?;
     if found.len() < names.len() {
         let missing: Vec<&str> = names
@@ -88,41 +57,25 @@ fn assigned(kafka: &KafkaConfig, brokers: &str, topics: &Topics) -> anyhow::Resu
     Ok(consumer)
 }
 
-fn decode(topics: &Topics, codecs: &Codecs, record: InboundRecord) -> Option<Read> {
-    let t = record.topic.as_str();
-    let bytes = &record.payload;
-    let decoded = if t == topics.failures {
-        codecs
-            .failure
-            .decode(bytes)
-            .map(|f| Record::Input(InputEvent::Failure(f)))
-    } else if t == topics.cluster {
-        codecs
-            .cluster
-            .decode(bytes)
-            .map(|c| Record::Input(InputEvent::Cluster(c)))
-    } else if t == topics.results {
-        codecs
-            .result
-            .decode(bytes)
-            .map(|r| Record::Input(InputEvent::Result(r)))
-    } else if t == topics.decisions {
-        codecs.decision.decode(bytes).map(Record::Decision)
-    } else if t == topics.commands {
-        codecs.command.decode(bytes).map(Record::Command)
-    } else {
-        return None;
-    };
-    match decoded {
-        Ok(record_value) => Some(Read {
-            topic: record.topic,
-            partition: record.partition,
-            offset: record.offset,
-            record: record_value,
-        }),
+/// What the view takes: planner inputs, decisions and commands.
+fn decode(decoder: &Decoder, record: InboundRecord) -> Option<Read> {
+    let decoded = match decoder.decode(&record.topic, &record.payload)? {
+        Ok(decoded) => decoded,
         Err(e) => {
-            tracing::debug!(topic = t, offset = record.offset, error = %e, "status page: skipped");
-            None
+            tracing::debug!(topic = record.topic, offset = record.offset, error = %e, "status page: skipped");
+            return None;
         }
-    }
+    };
+    let record_value = match decoded {
+        Decoded::Input(event) => Record::Input(event),
+        Decoded::Decision(d) => Record::Decision(d),
+        Decoded::Command(c) => Record::Command(c),
+        Decoded::Telemetry(_) | Decoded::Log(_) | Decoded::Agent(_) => return None,
+    };
+    Some(Read {
+        topic: record.topic,
+        partition: record.partition,
+        offset: record.offset,
+        record: record_value,
+    })
 }

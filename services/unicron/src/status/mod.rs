@@ -20,7 +20,7 @@ use unicron_bus::KafkaConfig;
 use unicron_core::planner::PlannerConfig;
 use unicron_core::status::{ClusterView, Entry, StatusView};
 
-use crate::history::{History, Needs, Origin, TopicNames};
+use unicron_history::{Chain, History, Origin, TopicNames};
 
 const PAGE: &str = include_str!("page.html");
 /// Most timeline entries one poll returns.
@@ -148,21 +148,14 @@ async fn timeline(
 
 /// The chain as `unicron explain --from-kafka` builds it, from the whole
 /// log (source records included): slow on a long log, so only on a click.
-async fn chain(state: AppState, id: String) -> Result<crate::explain::Chain, Response> {
+async fn chain(state: AppState, id: String) -> Result<Chain, Response> {
     let found = tokio::task::spawn_blocking(move || {
         let origin = Origin::Kafka {
             config: &state.kafka,
             brokers: state.brokers.clone(),
         };
-        let history = History::load(
-            &origin,
-            TopicNames::new(&state.kafka),
-            Needs {
-                detector_inputs: true,
-            },
-            &|_| {},
-        )?;
-        Ok::<_, anyhow::Error>(crate::explain::chain(&history, &id))
+        let history = History::load(&origin, TopicNames::new(&state.kafka), &|_| {})?;
+        Ok::<_, anyhow::Error>(unicron_history::explain::chain(&history, &id))
     })
     .await;
     match found {
