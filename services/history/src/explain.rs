@@ -1,5 +1,6 @@
 //! The causal chain of one command, from the source records through the
-//! failure and the decision to the results.
+//! failure and the decision to the results; from a loaded [`History`] or
+//! from the status page's [`crate::ExplainIndex`], which answer alike.
 
 use serde::Serialize;
 use unicron_core::{Command, CommandResult, Decision, Evidence, FailureEvent};

@@ -1,4 +1,4 @@
-//! Replay, explain and decoding on a history recorded in memory by
+//! Replay, explain and the explain index on a history recorded in memory by
 //! the simulator's offline loop (the planner and detector of core, no broker).
 
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use unicron_simulator::offline::{Logged, Offline};
 use unicron_simulator::{Sim, SimConfig};
 
 use crate::replay::{Options, Setup, replay};
-use crate::{Decoded, Decoder, History, Recorded, TopicNames};
+use crate::{Decoded, Decoder, ExplainIndex, History, Indexed, Recorded, TopicNames};
 
 /// The offline loop names topics without a prefix.
 fn names() -> TopicNames {
@@ -148,6 +148,94 @@ fn recorded_run_replays_identically_and_what_if_differs_by_policy() {
     assert_eq!((what_if.failures_added, what_if.failures_removed), (0, 0));
     assert!(what_if.waf_recorded > 0.0);
     assert_eq!(phases.borrow().last().map(String::as_str), Some("what-if"));
+}
+
+/// Adds `raw` to `index` as the status page does: in batches, the
+/// detector's topics undecoded.
+fn fill(index: &ExplainIndex, raw: &Raw) {
+    let decoder = Decoder::with_names(names());
+    let sources = decoder.source_topics();
+    let decoded: Vec<Option<Decoded>> = raw
+        .iter()
+        .map(|(topic, _, _, payload)| {
+            let source = sources.contains(&topic.as_str());
+            (!source).then(|| decoder.decode(topic, payload).unwrap().unwrap())
+        })
+        .collect();
+    let entries: Vec<Indexed<'_>> = raw
+        .iter()
+        .zip(&decoded)
+        .map(|((topic, partition, offset, payload), record)| Indexed {
+            topic,
+            partition: *partition,
+            offset: *offset,
+            payload,
+            record: record.as_ref(),
+        })
+        .collect();
+    for batch in entries.chunks(97) {
+        index.add(batch).unwrap();
+    }
+}
+
+#[test]
+fn recorded_run_explains_from_the_index_as_from_the_history() {
+    let (mut history, mut raw) = recorded();
+    // A command read twice (a producer retry), the later copy different:
+    // the first in (partition, offset) order counts, whichever is read first.
+    let first = history.commands[0].clone();
+    let mut again = first.clone();
+    again.offset = history.commands.last().unwrap().offset + 1;
+    again.record.nodes.push("elsewhere".into());
+    let payload = AvroCodec::default().encode(&again.record).unwrap();
+    history.commands.push(again.clone());
+    raw.push((again.topic.clone(), 0, again.offset, payload));
+    // Consumers read partitions and topics interleaved: results and
+    // commands may come before their decisions, the later copy first.
+    raw.reverse();
+
+    // A record that does not decode: the history skips it, the index keeps
+    // it undecoded and finds nothing there.
+    raw.push(("telemetry".into(), 1, 0, b"not avro".to_vec()));
+
+    let dir = tempfile::tempdir().unwrap();
+    let index = ExplainIndex::open(&dir.path().join("index"), names()).unwrap();
+    fill(&index, &raw);
+    assert!(index.chain("no such command").unwrap().is_none());
+    let mut with_sources = 0;
+    let mut with_results = 0;
+    for command in &history.commands {
+        let id = &command.record.id;
+        let from_history = crate::explain::chain(&history, id).expect("in the history");
+        let from_index = index.chain(id).unwrap().expect("in the index");
+        assert_eq!(from_index, from_history, "{id}");
+        with_sources += from_index.sources.iter().any(|s| s.record.is_some()) as u32;
+        with_results += !from_index.results.is_empty() as u32;
+    }
+    assert!(with_sources > 0 && with_results > 0);
+    let explained = index.chain(&first.record.id).unwrap().unwrap();
+    assert_eq!(explained.command, first.record);
+}
+
+#[test]
+fn an_index_opens_empty_and_leaves_other_directories_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("index");
+    let (history, raw) = recorded();
+    fill(&ExplainIndex::open(&path, names()).unwrap(), &raw);
+    let id = &history.commands[0].record.id;
+    let reopened = ExplainIndex::open(&path, names()).unwrap();
+    assert!(reopened.chain(id).unwrap().is_none(), "emptied at open");
+    let busy = ExplainIndex::open(&path, names()).unwrap_err();
+    assert!(busy.to_string().contains("another process"), "{busy}");
+    drop(reopened);
+
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("keep"), "").unwrap();
+    let refused = ExplainIndex::open(&other, names()).unwrap_err();
+    assert!(refused.to_string().contains("other files"), "{refused}");
+    assert!(other.join("keep").is_file());
 }
 
 #[test]
