@@ -1,12 +1,11 @@
 //! `unicron explain COMMAND_ID`: the causal chain of one command, from the
 //! source records through the failure and the decision to the results.
 
-use serde::Serialize;
-use unicron_core::{Command, CommandResult, Decision, Evidence, FailureEvent};
+use unicron_history::{Chain, History, TopicNames};
 
 use crate::cli::UsageError;
 use crate::config::Config;
-use crate::history::{History, HistoryArgs, Needs, Recorded, TopicNames};
+use crate::history::HistoryArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
@@ -23,40 +22,10 @@ pub struct ExplainArgs {
     pub json: bool,
 }
 
-/// One source record an evidence entry points at.
-#[derive(Debug, Serialize)]
-pub struct Source {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    /// The record as found, or `None` if retention or the archive no longer has it.
-    pub record: Option<serde_json::Value>,
-    pub excerpt: String,
-}
-
-/// The chain, newest link last.
-#[derive(Debug, Serialize)]
-pub struct Chain {
-    pub sources: Vec<Source>,
-    pub failure: Option<FailureEvent>,
-    /// The trigger when it is not a failure (a cluster event or a result).
-    pub trigger: Option<serde_json::Value>,
-    pub decision: Option<Decision>,
-    pub command: Command,
-    pub results: Vec<CommandResult>,
-}
-
 pub fn run(config: &Config, args: ExplainArgs) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka);
     let origin = args.history.origin(&config.kafka)?;
-    let history = History::load(
-        &origin,
-        names,
-        Needs {
-            detector_inputs: true,
-        },
-        &|_| {},
-    )?;
+    let history = History::load(&origin, names, &|_| {})?;
     let Some(command_id) = args.command_id.as_deref().filter(|_| !args.list) else {
         let mut seen = std::collections::BTreeSet::new();
         for c in &history.commands {
@@ -74,7 +43,7 @@ pub fn run(config: &Config, args: ExplainArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     };
-    let chain = chain(&history, command_id)
+    let chain = unicron_history::explain::chain(&history, command_id)
         .ok_or_else(|| UsageError(format!("no command `{command_id}` in the history")))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&chain)?);
@@ -82,82 +51,6 @@ pub fn run(config: &Config, args: ExplainArgs) -> anyhow::Result<()> {
         print!("{}", text(&chain));
     }
     Ok(())
-}
-
-fn find<'a, T>(list: &'a [Recorded<T>], topic: &str, partition: i32, offset: i64) -> Option<&'a T> {
-    list.iter()
-        .find(|r| r.topic == topic && r.partition == partition && r.offset == offset)
-        .map(|r| &r.record)
-}
-
-fn source(history: &History, e: &Evidence) -> Source {
-    let n = &history.names;
-    let (topic, partition, offset) = (e.topic.as_str(), e.partition, e.offset);
-    let record = if topic == n.logs {
-        find(&history.logs, topic, partition, offset).map(serde_json::to_value)
-    } else if topic == n.telemetry {
-        find(&history.telemetry, topic, partition, offset).map(serde_json::to_value)
-    } else if topic == n.agent {
-        find(&history.agent, topic, partition, offset).map(serde_json::to_value)
-    } else {
-        None
-    };
-    Source {
-        topic: e.topic.clone(),
-        partition,
-        offset,
-        record: record.and_then(Result::ok),
-        excerpt: e.excerpt.clone(),
-    }
-}
-
-/// Assembles the chain of `command_id`, or `None` if the command is unknown.
-pub fn chain(history: &History, command_id: &str) -> Option<Chain> {
-    let command = history
-        .commands
-        .iter()
-        .find(|c| c.record.id == command_id)?
-        .record
-        .clone();
-    let decision = history
-        .decisions
-        .iter()
-        .find(|d| d.record.id == command.decision_id)
-        .map(|d| d.record.clone());
-    let (mut failure, mut trigger) = (None, None);
-    if let Some(d) = &decision {
-        let t = &d.trigger;
-        let n = &history.names;
-        if t.topic == n.failures {
-            failure = find(&history.failures, &t.topic, t.partition, t.offset).cloned();
-        } else if t.topic == n.cluster {
-            trigger = find(&history.cluster, &t.topic, t.partition, t.offset)
-                .and_then(|r| serde_json::to_value(r).ok());
-        } else if t.topic == n.results {
-            trigger = find(&history.results, &t.topic, t.partition, t.offset)
-                .and_then(|r| serde_json::to_value(r).ok());
-        }
-    }
-    let sources = failure
-        .iter()
-        .flat_map(|f| f.evidence.iter())
-        .map(|e| source(history, e))
-        .collect();
-    let mut results: Vec<CommandResult> = history
-        .results
-        .iter()
-        .filter(|r| r.record.command_id == command_id)
-        .map(|r| r.record.clone())
-        .collect();
-    results.dedup();
-    Some(Chain {
-        sources,
-        failure,
-        trigger,
-        decision,
-        command,
-        results,
-    })
 }
 
 /// The chain as `unicron explain` prints it.

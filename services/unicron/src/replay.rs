@@ -2,21 +2,16 @@
 //! recorded inputs and compare; or, with `--policy` / `--what-if-config`,
 //! show what another policy or configuration would have done instead.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use serde::Serialize;
-use unicron_core::detector::Detector;
-use unicron_core::planner::{POLICY_VERSION, Planner, PlannerConfig, PolicyName};
-use unicron_core::replay::{
-    self, CommandDiff, Comparison, RecordedStep, compare_failures, detect_in_order, replay_planner,
-};
-use unicron_core::signing::CommandSigner;
+use unicron_core::planner::PolicyName;
+use unicron_history::replay::{Options, Report, Setup, parse_policy};
+use unicron_history::{History, TopicNames};
 
 use crate::cli::UsageError;
 use crate::config::Config;
-use crate::history::{History, HistoryArgs, Needs, TopicNames};
+use crate::history::HistoryArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {
@@ -48,42 +43,6 @@ fn parse_time(text: &str) -> Result<i64, String> {
         .map_err(|_| format!("`{text}` is neither RFC 3339 nor ms since the epoch"))
 }
 
-fn parse_policy(text: &str) -> Result<PolicyName, String> {
-    serde_json::from_value(serde_json::Value::String(text.to_string())).map_err(|_| {
-        format!("`{text}`: policy must be unicron, checkpoint-restart or elastic-single-job")
-    })
-}
-
-/// The replay report (`--json`).
-#[derive(Debug, Serialize)]
-pub struct Report {
-    pub records_replayed: u64,
-    pub undecodable_records: u64,
-    pub decisions_compared: u64,
-    pub identical: u64,
-    pub diverged: u64,
-    pub decisions: Comparison,
-    pub failures: Comparison,
-    pub policy_version_recorded: Vec<String>,
-    pub policy_version_now: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub what_if: Option<WhatIf>,
-}
-
-/// What another policy or configuration would have changed.
-#[derive(Debug, Serialize)]
-pub struct WhatIf {
-    pub policy: String,
-    pub commands: CommandDiff,
-    pub failures_added: u64,
-    pub failures_removed: u64,
-    /// Accumulated WAF the planner's model gives each decision stream,
-    /// weighted FLOP-seconds.
-    pub waf_recorded: f64,
-    pub waf_what_if: f64,
-    pub waf_change_fraction: f64,
-}
-
 pub fn run(config: &Config, args: ReplayArgs) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka).with_inputs(&config.detector.inputs);
     let origin = args.history.origin(&config.kafka)?;
@@ -94,15 +53,33 @@ pub fn run(config: &Config, args: ReplayArgs) -> anyhow::Result<()> {
     // Eight topics and the external inputs to read, then decisions,
     // failures and the what-if.
     let progress = Progress::new(11 + config.detector.inputs.len() as u64);
-    let history = History::load(
-        &origin,
-        names,
-        Needs {
-            detector_inputs: true,
-        },
-        &|topic| progress.say(&format!("reading {topic}")),
-    )?;
-    let report = replay(config, &args, &history, what_if_config.as_ref(), &progress)?;
+    let history = History::load(&origin, names, &|topic| {
+        progress.say(&format!("reading {topic}"))
+    })?;
+    let recorded = setup(config)?;
+    let what_if = what_if_config.as_ref().map(setup).transpose()?;
+    // The archive keeps no external input topic: failures found on one
+    // cannot be re-derived from it, so they are not compared.
+    let unreadable = if args.history.from_archive.is_some() {
+        config
+            .detector
+            .inputs
+            .iter()
+            .map(|i| i.topic.clone())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let options = Options {
+        cluster: args.cluster.clone(),
+        since: args.since,
+        until: args.until,
+        policy: args.policy,
+        unreadable,
+    };
+    let report = unicron_history::replay::replay(recorded, &options, &history, what_if, &|phase| {
+        progress.say(phase)
+    });
     progress.done();
     print!("{}", text(&report));
     if let Some(path) = &args.json {
@@ -115,155 +92,18 @@ pub fn run(config: &Config, args: ReplayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn setup(config: &Config) -> anyhow::Result<Setup> {
+    Ok(Setup {
+        planner: config.planner.tuning.clone(),
+        detector: config.detector.tuning.clone(),
+        rules: config.detector.rules()?,
+    })
+}
+
 /// Replay found differences: exit code 1, after the report.
 #[derive(Debug, thiserror::Error)]
 #[error("{0} divergence(s)")]
 pub struct Diverged(pub u64);
-
-fn in_window(args: &ReplayArgs, cluster: &str, time_ms: i64) -> bool {
-    args.cluster.as_deref().is_none_or(|c| c == cluster)
-        && args.since.is_none_or(|s| time_ms >= s)
-        && args.until.is_none_or(|u| time_ms < u)
-}
-
-/// The recorded steps of `history` (see `unicron_core::replay::steps`).
-pub fn steps(history: &History, cluster: Option<&str>) -> Vec<RecordedStep> {
-    replay::steps(
-        history.decisions.iter().map(|d| &d.record),
-        &history.planner_inputs(),
-        history.commands.iter().map(|c| &c.record),
-        cluster,
-    )
-}
-
-fn replay(
-    config: &Config,
-    args: &ReplayArgs,
-    history: &History,
-    what_if_config: Option<&Config>,
-    progress: &Progress,
-) -> anyhow::Result<Report> {
-    let steps = steps(history, args.cluster.as_deref());
-    let recorded_versions: BTreeSet<String> = steps
-        .iter()
-        .map(|s| s.decision.policy_version.clone())
-        .collect();
-    // Replay uses the policy the decisions were taken with.
-    let recorded_policy = steps
-        .first()
-        .and_then(|s| parse_policy(&s.decision.policy).ok())
-        .unwrap_or(config.planner.tuning.policy);
-    let auditor = || CommandSigner::from_seed("replay", [0; 32]);
-
-    progress.say(&format!("replaying {} decisions", steps.len()));
-    let tuning = PlannerConfig {
-        policy: recorded_policy,
-        ..config.planner.tuning.clone()
-    };
-    let mut planner = Planner::new(tuning.clone(), auditor());
-    let (decisions, _) = replay_planner(&mut planner, &steps, |s| {
-        in_window(args, &s.decision.cluster, s.decision.time_ms)
-    });
-
-    progress.say("re-deriving failures");
-    let observations = history.observations(args.cluster.as_deref());
-    // The archive keeps no external input topic: failures found on one
-    // cannot be re-derived from it, so they are not compared.
-    let unreadable: Vec<&str> = if args.history.from_archive.is_some() {
-        config
-            .detector
-            .inputs
-            .iter()
-            .map(|i| i.topic.as_str())
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let recorded_failures: Vec<_> = history
-        .failures
-        .iter()
-        .map(|r| r.record.clone())
-        .filter(|f| args.cluster.as_deref().is_none_or(|c| c == f.cluster))
-        .filter(|f| {
-            f.evidence
-                .first()
-                .is_none_or(|e| !unreadable.contains(&e.topic.as_str()))
-        })
-        .collect();
-    let mut detector = Detector::new(config.detector.tuning.clone(), config.detector.rules()?);
-    let replayed_failures = detect_in_order(&mut detector, observations.clone());
-    let failures = compare_failures(&recorded_failures, &replayed_failures, |f| {
-        in_window(args, &f.cluster, f.first_evidence_ms)
-    });
-
-    let what_if = if args.policy.is_some() || what_if_config.is_some() {
-        progress.say("what-if");
-        let alt = what_if_config.unwrap_or(config);
-        let policy = args.policy.unwrap_or(alt.planner.tuning.policy);
-        let mut other = Planner::new(
-            PlannerConfig {
-                policy,
-                ..alt.planner.tuning.clone()
-            },
-            auditor(),
-        );
-        let (_, alternative) = replay_planner(&mut other, &steps, |_| false);
-        let end = steps.iter().map(|s| s.decision.time_ms).max().unwrap_or(0);
-        let waf_recorded = replay::accumulated_waf(steps.iter().map(|s| &s.decision), end);
-        let waf_what_if =
-            replay::accumulated_waf(alternative.iter().filter_map(|r| r.decision.as_ref()), end);
-        let (added, removed) = match what_if_config {
-            Some(alt) => {
-                let mut d = Detector::new(alt.detector.tuning.clone(), alt.detector.rules()?);
-                let found = detect_in_order(&mut d, observations);
-                let c = compare_failures(&replayed_failures, &found, |_| true);
-                let extra = failures_only_in(&found, &replayed_failures);
-                (extra, c.diverged - extra)
-            }
-            None => (0, 0),
-        };
-        Some(WhatIf {
-            policy: policy.as_str().to_string(),
-            commands: replay::diff_commands(&steps, &alternative),
-            failures_added: added,
-            failures_removed: removed,
-            waf_recorded,
-            waf_what_if,
-            waf_change_fraction: if waf_recorded > 0.0 {
-                waf_what_if / waf_recorded - 1.0
-            } else {
-                0.0
-            },
-        })
-    } else {
-        None
-    };
-    Ok(Report {
-        records_replayed: history.len(),
-        undecodable_records: history.undecodable,
-        decisions_compared: decisions.compared,
-        identical: decisions.identical + failures.identical,
-        diverged: decisions.diverged + failures.diverged,
-        decisions,
-        failures,
-        policy_version_recorded: recorded_versions.into_iter().collect(),
-        policy_version_now: POLICY_VERSION.to_string(),
-        what_if,
-    })
-}
-
-fn failures_only_in(
-    list: &[unicron_core::FailureEvent],
-    other: &[unicron_core::FailureEvent],
-) -> u64 {
-    let keys: BTreeSet<_> = other.iter().map(replay::FailureKey::of).collect();
-    list.iter()
-        .map(replay::FailureKey::of)
-        .collect::<BTreeSet<_>>()
-        .iter()
-        .filter(|k| !keys.contains(k))
-        .count() as u64
-}
 
 fn text(r: &Report) -> String {
     use std::fmt::Write;

@@ -74,12 +74,15 @@ pub async fn serve_metrics(
 }
 
 /// Starts the status page if `args` and `[status]` ask for it; `may_move`
-/// as for [`serve_metrics`], and only when no address was given.
+/// as for [`serve_metrics`], and only when no address was given. The
+/// explain index goes under `run_dir` (a run's state directory) unless
+/// `status.index_dir` is set.
 pub async fn serve_status(
     config: &Config,
     args: &crate::cli::StatusArgs,
     brokers: &str,
     may_move: bool,
+    run_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<Option<crate::status::StatusServer>> {
     let Some(listen) = args.listen(&config.status) else {
         return Ok(None);
@@ -89,11 +92,20 @@ pub async fn serve_status(
         listen,
         may_move && args.status.is_none() && listen == default,
     );
+    let index_dir = match run_dir {
+        Some(dir)
+            if config.status.index_dir == crate::config::StatusConfig::default().index_dir =>
+        {
+            dir.join("status")
+        }
+        _ => config.status.index_dir.clone(),
+    };
     let server = crate::status::start(
         listen,
         &config.kafka,
         brokers,
         config.planner.tuning.clone(),
+        &index_dir,
     )
     .await?;
     println!("status: http://{}/{}", server.addr, moved_note(moved));
@@ -133,7 +145,7 @@ pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow
         config.planner.group_id, config.planner.key_id
     );
     let _metrics = serve_metrics(config, false).await?;
-    let _status = serve_status(config, status, &brokers, false).await?;
+    let _status = serve_status(config, status, &brokers, false, None).await?;
     unicron_planner::run(&config.kafka, &brokers, &config.planner, signer, async {
         stop.wait().await;
     })

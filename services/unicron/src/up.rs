@@ -246,7 +246,9 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     };
 
     let _metrics = crate::services::serve_metrics(config, true).await?;
-    let status = crate::services::serve_status(config, &args.status, &bootstrap, true).await?;
+    let status =
+        crate::services::serve_status(config, &args.status, &bootstrap, true, Some(scratch.path()))
+            .await?;
     if args.verbose {
         println!("logs: on this terminal");
     } else {

@@ -6,6 +6,9 @@
 //!
 //! `./dev test` installs Chromium and the npm package; under CI a missing one
 //! fails the test, elsewhere the test says what is missing and passes.
+//!
+//! Without a browser: the page's explain, answered from its index, equals
+//! `unicron explain --from-kafka`, computed from the whole log.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -97,4 +100,86 @@ fn the_status_page_shows_a_live_run_in_a_real_browser() {
     let png = std::fs::read(&screenshot).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "screenshot is not a PNG");
     eprintln!("screenshot: {}", screenshot.display());
+}
+
+#[test]
+fn the_page_explains_a_command_as_explain_from_the_log_does() {
+    let mut up = Command::new(env!("CARGO_BIN_EXE_unicron"))
+        .current_dir(repo())
+        .env_remove("RUST_LOG")
+        .env("UNICRON_METRICS__LISTEN", "127.0.0.1:0")
+        .args([
+            "up",
+            "--trace",
+            "tools/traces/example.csv",
+            "--duration",
+            "150s",
+            "--no-archive",
+            "--status",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = up.stdout.take().unwrap();
+    let _running = common::Running(up);
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let broker = lines
+        .next()
+        .and_then(|l| l.strip_prefix("broker: ").map(str::to_string))
+        .expect("`unicron up` printed no `broker:` line first");
+    let page = lines
+        .find_map(|line| line.strip_prefix("status: ").map(str::to_string))
+        .expect("`unicron up` printed no `status:` line");
+    std::thread::spawn(move || lines.for_each(drop));
+    let page = page
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let explain = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_unicron"))
+            .current_dir(repo())
+            .args(["explain", "--from-kafka", "--brokers", &broker])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let body = |reply: String| reply.split_once("\r\n\r\n").unwrap().1.to_string();
+
+    // The trace's first failure soon yields a command (bounded wait).
+    let id = (0..120)
+        .find_map(|_| {
+            let listed = explain(&["--list"]);
+            let first = listed.split_whitespace().next().map(str::to_string);
+            if first.is_none() {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            first
+        })
+        .expect("no command within two minutes");
+    // Results keep arriving while the run goes on: the two agree once the
+    // page has read as far as the log reader did (a bounded wait).
+    let mut last = None;
+    for _ in 0..60 {
+        let from_log: serde_json::Value = serde_json::from_str(&explain(&[&id, "--json"])).unwrap();
+        let reply = common::http_get(&page, &format!("/api/explain/{id}"));
+        if reply.starts_with("HTTP/1.1 200") {
+            let from_page: serde_json::Value = serde_json::from_str(&body(reply)).unwrap();
+            let text = body(common::http_get(&page, &format!("/explain/{id}")));
+            if from_page == from_log && text == explain(&[&id]) {
+                assert!(from_page["decision"].is_object(), "{from_page:#}");
+                return;
+            }
+            last = Some((from_log, from_page));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    panic!("the page and the log never agreed on {id}: {last:#?}");
 }

@@ -3,10 +3,13 @@
 //! timeline of failures, decisions, commands and results, each command's
 //! explain chain, and cluster WAF over time. One HTML file with inline
 //! script and style, no CDN: it works offline. The page polls the JSON API.
+//! Explain chains come from an index in RocksDB (`[status] index_dir`) that
+//! the reader fills as records arrive, so a click reads no log.
 
 mod feed;
 
 use std::net::SocketAddr;
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, Query, State};
@@ -20,7 +23,7 @@ use unicron_bus::KafkaConfig;
 use unicron_core::planner::PlannerConfig;
 use unicron_core::status::{ClusterView, Entry, StatusView};
 
-use crate::history::{History, Needs, Origin, TopicNames};
+use unicron_history::{Chain, ExplainIndex, TopicNames};
 
 const PAGE: &str = include_str!("page.html");
 /// Most timeline entries one poll returns.
@@ -34,6 +37,10 @@ pub struct StatusConfig {
     pub listen: SocketAddr,
     /// Serve the page at all (`unicron up` and `unicron planner`).
     pub enabled: bool,
+    /// RocksDB directory of the explain index, a cache of the log emptied
+    /// when the page starts. `unicron up` uses its run's state directory
+    /// unless this is set.
+    pub index_dir: PathBuf,
 }
 
 impl Default for StatusConfig {
@@ -41,6 +48,7 @@ impl Default for StatusConfig {
         StatusConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             enabled: true,
+            index_dir: PathBuf::from("unicron-state/status"),
         }
     }
 }
@@ -48,8 +56,7 @@ impl Default for StatusConfig {
 #[derive(Clone)]
 struct AppState {
     view: Arc<Mutex<StatusView>>,
-    kafka: KafkaConfig,
-    brokers: String,
+    index: Arc<ExplainIndex>,
 }
 
 /// A running page; dropping it stops the server and the reader.
@@ -76,23 +83,28 @@ impl StatusServer {
     }
 }
 
-/// Starts the page on `listen`, reading the log at `brokers`. The shadow
-/// planner uses `tuning`, the planner's own configuration.
+/// Starts the page on `listen`, reading the log at `brokers`, with its
+/// explain index in `index_dir`. The shadow planner uses `tuning`, the
+/// planner's own configuration.
 pub async fn start(
     listen: SocketAddr,
     kafka: &KafkaConfig,
     brokers: &str,
     tuning: PlannerConfig,
+    index_dir: &FsPath,
 ) -> anyhow::Result<StatusServer> {
     let view = Arc::new(Mutex::new(StatusView::new(tuning)));
+    let index = Arc::new(
+        ExplainIndex::open(index_dir, TopicNames::new(kafka))
+            .map_err(|e| crate::cli::UsageError(format!("status.index_dir: {e}")))?,
+    );
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         crate::cli::UsageError(format!("status.listen: cannot listen on {listen}: {e}"))
     })?;
     let addr = listener.local_addr()?;
     let state = AppState {
         view: view.clone(),
-        kafka: kafka.clone(),
-        brokers: brokers.to_string(),
+        index: index.clone(),
     };
     let app = Router::new()
         .route("/", get(|| async { Html(PAGE) }))
@@ -107,7 +119,12 @@ pub async fn start(
             tracing::error!(error = %e, "status page stopped");
         }
     });
-    let reader = tokio::spawn(feed::follow(kafka.clone(), brokers.to_string(), view));
+    let reader = tokio::spawn(feed::follow(
+        kafka.clone(),
+        brokers.to_string(),
+        view,
+        index,
+    ));
     Ok(StatusServer {
         addr,
         server,
@@ -146,33 +163,16 @@ async fn timeline(
     Json(view.timeline_after(query.after, limit))
 }
 
-/// The chain as `unicron explain --from-kafka` builds it, from the whole
-/// log (source records included): slow on a long log, so only on a click.
-async fn chain(state: AppState, id: String) -> Result<crate::explain::Chain, Response> {
-    let found = tokio::task::spawn_blocking(move || {
-        let origin = Origin::Kafka {
-            config: &state.kafka,
-            brokers: state.brokers.clone(),
-        };
-        let history = History::load(
-            &origin,
-            TopicNames::new(&state.kafka),
-            Needs {
-                detector_inputs: true,
-            },
-            &|_| {},
-        )?;
-        Ok::<_, anyhow::Error>(crate::explain::chain(&history, &id))
-    })
-    .await;
+/// The chain from the index: what `unicron explain --from-kafka` prints
+/// for the log read so far.
+async fn chain(state: AppState, id: String) -> Result<Chain, Response> {
+    let found = tokio::task::spawn_blocking(move || state.index.chain(&id)).await;
     match found {
         Ok(Ok(Some(chain))) => Ok(chain),
         Ok(Ok(None)) => {
             Err((StatusCode::NOT_FOUND, "no such command in the log\n").into_response())
         }
-        Ok(Err(e)) => {
-            Err((StatusCode::BAD_GATEWAY, format!("reading the log: {e:#}\n")).into_response())
-        }
+        Ok(Err(e)) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()),
         Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()),
     }
 }
