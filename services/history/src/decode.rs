@@ -2,12 +2,9 @@
 //! for the control-plane topics, the planner's input, a decision or a
 //! command; for the detector's own topics, the source records explain cites.
 
-use unicron_bus::{AvroCodec, DecodeError, KafkaConfig};
+use unicron_bus::{AvroCodec, DecodeError, KafkaConfig, PlannerInputs};
 use unicron_core::planner::{Input, InputEvent};
-use unicron_core::{
-    AgentEvent, ClusterEvent, Command, CommandResult, Decision, FailureEvent, LogRecord,
-    TelemetryBatch,
-};
+use unicron_core::{AgentEvent, Command, Decision, LogRecord, TelemetryBatch};
 
 use crate::history::TopicNames;
 
@@ -44,9 +41,7 @@ impl Decoded {
 #[derive(Debug)]
 pub struct Decoder {
     names: TopicNames,
-    failure: AvroCodec<FailureEvent>,
-    cluster: AvroCodec<ClusterEvent>,
-    result: AvroCodec<CommandResult>,
+    inputs: PlannerInputs,
     decision: AvroCodec<Decision>,
     command: AvroCodec<Command>,
     telemetry: AvroCodec<TelemetryBatch>,
@@ -61,10 +56,8 @@ impl Decoder {
 
     pub fn with_names(names: TopicNames) -> Decoder {
         Decoder {
+            inputs: PlannerInputs::new(names.topics.clone()),
             names,
-            failure: AvroCodec::default(),
-            cluster: AvroCodec::default(),
-            result: AvroCodec::default(),
             decision: AvroCodec::default(),
             command: AvroCodec::default(),
             telemetry: AvroCodec::default(),
@@ -97,20 +90,11 @@ impl Decoder {
 
     /// The record of `topic`, or `None` for a topic this decoder does not know.
     pub fn decode(&self, topic: &str, payload: &[u8]) -> Option<Result<Decoded, DecodeError>> {
+        if let Some(input) = self.inputs.decode(topic, payload) {
+            return Some(input.map(Decoded::Input));
+        }
         let n = &self.names;
-        let decoded = if topic == n.failures {
-            self.failure
-                .decode(payload)
-                .map(|r| Decoded::Input(InputEvent::Failure(r)))
-        } else if topic == n.cluster {
-            self.cluster
-                .decode(payload)
-                .map(|r| Decoded::Input(InputEvent::Cluster(r)))
-        } else if topic == n.results {
-            self.result
-                .decode(payload)
-                .map(|r| Decoded::Input(InputEvent::Result(r)))
-        } else if topic == n.decisions {
+        let decoded = if topic == n.decisions {
             self.decision.decode(payload).map(Decoded::Decision)
         } else if topic == n.commands {
             self.command.decode(payload).map(Decoded::Command)

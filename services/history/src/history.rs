@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use unicron_bus::archive::ArchiveError;
 use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, BusError, KafkaConfig};
+use unicron_bus::{AvroCodec, BusError, KafkaConfig, Topic, Topics};
 use unicron_core::detector::{Observation, Source};
 use unicron_core::planner::{Input, InputEvent};
 use unicron_core::replay::SourcedObservation;
@@ -74,8 +74,10 @@ pub struct History {
     pub names: TopicNames,
 }
 
-#[derive(Debug, Default, Clone)]
+/// The full names of the topics a history reads, resolved once.
+#[derive(Debug, Clone)]
 pub struct TopicNames {
+    pub topics: Topics,
     pub telemetry: String,
     pub logs: String,
     pub agent: String,
@@ -88,18 +90,28 @@ pub struct TopicNames {
     pub external: Vec<unicron_bus::formats::ExternalInput>,
 }
 
+impl Default for TopicNames {
+    /// The names under the default prefix.
+    fn default() -> Self {
+        TopicNames::new(&KafkaConfig::default())
+    }
+}
+
 impl TopicNames {
     pub fn new(kafka: &KafkaConfig) -> TopicNames {
+        let topics = Topics::new(kafka);
+        let name = |topic| topics.name(topic).to_string();
         TopicNames {
-            telemetry: kafka.topic("telemetry"),
-            logs: kafka.topic("logs"),
-            agent: kafka.topic("agent"),
-            failures: kafka.topic("failures"),
-            cluster: kafka.topic("cluster"),
-            results: kafka.topic("command-results"),
-            decisions: kafka.topic("decisions"),
-            commands: kafka.topic("commands"),
+            telemetry: name(Topic::Telemetry),
+            logs: name(Topic::Logs),
+            agent: name(Topic::Agent),
+            failures: name(Topic::Failures),
+            cluster: name(Topic::Cluster),
+            results: name(Topic::CommandResults),
+            decisions: name(Topic::Decisions),
+            commands: name(Topic::Commands),
             external: Vec::new(),
+            topics,
         }
     }
 
