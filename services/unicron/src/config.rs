@@ -141,13 +141,12 @@ impl Config {
         self.detector
             .validate()
             .map_err(|e| ConfigError(e.to_string()))?;
-        // `unicron up` supplies the planner's key itself; with keys given,
-        // the whole section must make sense.
-        if !self.executor.public_keys.is_empty() {
-            self.executor
-                .validate()
-                .map_err(|e| ConfigError(e.to_string()))?;
-        }
+        // What is set must make sense; what an executor needs (cluster,
+        // backend, keys) is checked when one starts, as services sharing the
+        // file need none of it and `unicron up` supplies some.
+        self.executor
+            .check_given()
+            .map_err(|e| ConfigError(e.to_string()))?;
         self.sim.validate().map_err(ConfigError)?;
         self.archiver
             .validate()
@@ -288,6 +287,9 @@ mod tests {
             .to_string();
         assert!(err.starts_with("config: sim.jobs: 4 jobs need"), "{err}");
 
+        // Keys without cluster or backend: a file the other services share.
+        load_text("[executor.public_keys]\nk1 = \"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a\"\n")
+            .unwrap();
         let err = load_text("[executor.public_keys]\nk1 = \"abc\"\n")
             .unwrap_err()
             .to_string();

@@ -181,6 +181,37 @@ fn topics_create_needs_brokers() {
     );
 }
 
+/// A standalone executor has no built-in cluster or backend: configured
+/// with only its keys, it stops with one line naming what is missing.
+#[test]
+fn executor_needs_its_cluster_and_backend() {
+    let public = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+    let executor = |extra: &[(&str, &str)]| {
+        let mut command = unicron();
+        command
+            .env("UNICRON_KAFKA__BROKERS", "127.0.0.1:9")
+            .env("UNICRON_EXECUTOR__PUBLIC_KEYS__DEV", public);
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        command.arg("executor").output().unwrap()
+    };
+    let out = executor(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "error: executor: executor.cluster: required (the cluster this executor acts for)"
+    );
+    let out = executor(&[("UNICRON_EXECUTOR__CLUSTER", "a")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: executor: executor.backend: required"),
+        "{stderr}"
+    );
+}
+
 /// `unicron up --no-sim` prints the broker first; another process can then
 /// use it, and `topics create` against it is idempotent (everything exists).
 #[test]
