@@ -122,6 +122,17 @@ fn evaluate_compares_policies_and_writes_the_docs() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("eval.json");
     let docs = dir.path().join("docs");
+    // Without --out it writes nothing, wherever it runs.
+    let cwd = tempfile::tempdir().unwrap();
+    let printed = unicron()
+        .current_dir(cwd.path())
+        .args(["evaluate", "--scenario", "smoke", "--seeds", "1"])
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "{}", text(&printed.stderr));
+    assert!(text(&printed.stdout).contains("| unicron |"));
+    assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0);
+
     let out = run(&[
         "evaluate",
         "--scenario",
@@ -130,7 +141,7 @@ fn evaluate_compares_policies_and_writes_the_docs() {
         "1",
         "--json",
         json.to_str().unwrap(),
-        "--docs",
+        "--out",
         docs.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -159,14 +170,14 @@ fn evaluate_compares_policies_and_writes_the_docs() {
         "smoke",
         "--seeds",
         "1",
-        "--docs",
+        "--out",
         docs.to_str().unwrap(),
     ]);
     assert!(again.status.success());
     let doc = std::fs::read_to_string(docs.join("EVALUATION.md")).unwrap();
     assert_eq!(doc.matches("<!-- evaluate:smoke:begin -->").count(), 1);
 
-    let bad = run(&["evaluate", "--scenario", "mars", "--no-docs"]);
+    let bad = run(&["evaluate", "--scenario", "mars"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("--scenario: `mars`"));
 }
