@@ -38,7 +38,7 @@ pub enum Command {
     Planner(StatusArgs),
     /// Run the detector service against `kafka.brokers`.
     Detector,
-    /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.public_keys).
+    /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.cluster, .backend and .public_keys).
     Executor,
     /// Run the archiver against `kafka.brokers`: every topic to Avro files in `archiver.dir`.
     Archiver,
