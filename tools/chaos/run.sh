@@ -7,5 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 target="${CARGO_TARGET_DIR:-target}"
-cargo build --release --quiet -p unicron --bins
+cargo build --release --quiet -p unicron -p unicron-chaos
 exec "$target/release/unicron-chaos" --unicron "$target/release/unicron" "$@"

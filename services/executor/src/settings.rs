@@ -14,6 +14,8 @@ use crate::error::ExecutorError;
 pub struct ExecutorSettings {
     /// The cluster this executor acts for: records keyed with another
     /// cluster are skipped, commands signed for another are rejected.
+    /// Required: empty (the default) fails validation, so no executor acts
+    /// for a cluster it was not told about.
     pub cluster: String,
     /// Executor id written into every result.
     pub name: String,
@@ -31,8 +33,10 @@ pub struct ExecutorSettings {
     pub command_ttl_s: f64,
     /// Retries of transient backend errors.
     pub backoff: Backoff,
-    /// Where actions are carried out.
-    pub backend: BackendSettings,
+    /// Where actions are carried out. Required: there is no default, so
+    /// an executor never sends real actions to an address it was not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendSettings>,
 }
 
 /// How the executor carries out an action.
@@ -53,17 +57,14 @@ pub enum BackendSettings {
         #[serde(default = "default_exec_timeout_s")]
         timeout_s: f64,
     },
-    /// The HTTP backend pointed at `unicron-simulator`.
-    Simulator {
-        #[serde(default = "default_simulator_url")]
-        url: String,
-    },
+    /// The HTTP backend pointed at `unicron-simulator` (`unicron sim`);
+    /// `unicron up` sets it for its own simulator.
+    Simulator { url: String },
 }
 
 /// Request timeout of the HTTP and simulator backends, seconds.
 pub const DEFAULT_HTTP_TIMEOUT_S: f64 = 30.0;
 const DEFAULT_EXEC_TIMEOUT_S: f64 = 300.0;
-const DEFAULT_SIMULATOR_URL: &str = "http://127.0.0.1:8090/actions";
 
 fn default_http_timeout_s() -> f64 {
     DEFAULT_HTTP_TIMEOUT_S
@@ -73,22 +74,10 @@ fn default_exec_timeout_s() -> f64 {
     DEFAULT_EXEC_TIMEOUT_S
 }
 
-fn default_simulator_url() -> String {
-    DEFAULT_SIMULATOR_URL.to_string()
-}
-
-impl Default for BackendSettings {
-    fn default() -> Self {
-        BackendSettings::Simulator {
-            url: default_simulator_url(),
-        }
-    }
-}
-
 impl Default for ExecutorSettings {
     fn default() -> Self {
         ExecutorSettings {
-            cluster: "sim".to_string(),
+            cluster: String::new(),
             name: "executor".to_string(),
             group_id: None,
             state_dir: PathBuf::from("unicron-state/executor"),
@@ -96,7 +85,7 @@ impl Default for ExecutorSettings {
             public_keys: BTreeMap::new(),
             command_ttl_s: 3600.0,
             backoff: Backoff::default(),
-            backend: BackendSettings::default(),
+            backend: None,
         }
     }
 }
@@ -122,21 +111,36 @@ impl ExecutorSettings {
         Ok(Gate::new(self.cluster.clone(), keys, self.ttl_ms()?))
     }
 
-    /// The first setting that makes no sense, naming its field.
+    /// The first setting that is missing or makes no sense, naming its
+    /// field: what an executor needs to start.
     pub fn validate(&self) -> Result<(), ExecutorError> {
         if self.cluster.is_empty() {
-            return Err(config("executor.cluster: must not be empty"));
+            return Err(config(
+                "executor.cluster: required (the cluster this executor acts for)",
+            ));
         }
-        if self.name.is_empty() {
-            return Err(config("executor.name: must not be empty"));
-        }
-        if self.group_id.as_deref() == Some("") {
-            return Err(config("executor.group_id: must not be empty"));
+        if self.backend.is_none() {
+            return Err(config(
+                "executor.backend: required (kind = \"http\", \"exec\" or \"simulator\"; docs/executor.md)",
+            ));
         }
         if self.public_keys.is_empty() {
             return Err(config(
                 "executor.public_keys: at least one planner key is needed (key id = 64 hex digits)",
             ));
+        }
+        self.check_given()
+    }
+
+    /// The settings given make sense; cluster, backend and keys may be
+    /// missing. For a configuration that other services share, where each
+    /// executor adds its own.
+    pub fn check_given(&self) -> Result<(), ExecutorError> {
+        if self.name.is_empty() {
+            return Err(config("executor.name: must not be empty"));
+        }
+        if self.group_id.as_deref() == Some("") {
+            return Err(config("executor.group_id: must not be empty"));
         }
         self.gate()?;
         if self.backoff.max_attempts == 0 {
@@ -148,7 +152,10 @@ impl ExecutorSettings {
                 self.backoff.initial_ms, self.backoff.max_ms
             )));
         }
-        self.backend.validate()
+        match &self.backend {
+            Some(backend) => backend.validate(),
+            None => Ok(()),
+        }
     }
 
     fn ttl_ms(&self) -> Result<i64, ExecutorError> {
@@ -251,7 +258,14 @@ mod tests {
     }
 
     fn valid() -> ExecutorSettings {
-        let mut settings = ExecutorSettings::default();
+        let mut settings = ExecutorSettings {
+            cluster: "a".into(),
+            backend: Some(BackendSettings::Http {
+                url: "https://ops.example/act".into(),
+                timeout_s: 30.0,
+            }),
+            ..ExecutorSettings::default()
+        };
         settings.public_keys.insert("k1".into(), key());
         settings
     }
@@ -261,17 +275,29 @@ mod tests {
     }
 
     #[test]
-    fn defaults_read_the_simulator_with_their_own_group() {
-        let settings = valid();
-        settings.validate().unwrap();
-        assert_eq!(settings.group(), "unicron-executor.sim");
+    fn cluster_and_backend_have_no_default() {
+        let mut settings = ExecutorSettings::default();
+        settings.public_keys.insert("k1".into(), key());
+        settings.check_given().unwrap();
         assert_eq!(
-            settings.backend,
-            BackendSettings::Simulator {
-                url: "http://127.0.0.1:8090/actions".into()
-            }
+            error(&settings),
+            "executor.cluster: required (the cluster this executor acts for)"
         );
-        assert_eq!(settings.gate().unwrap().cluster(), "sim");
+        settings.cluster = "a".into();
+        assert!(
+            error(&settings).starts_with("executor.backend: required"),
+            "{}",
+            error(&settings)
+        );
+        // The simulator is chosen, never assumed, and names its address.
+        assert!(toml::from_str::<BackendSettings>("kind = \"simulator\"").is_err());
+        settings.backend = Some(
+            toml::from_str("kind = \"simulator\"\nurl = \"http://127.0.0.1:8090/actions\"")
+                .unwrap(),
+        );
+        settings.validate().unwrap();
+        assert_eq!(settings.group(), "unicron-executor.a");
+        assert_eq!(settings.gate().unwrap().cluster(), "a");
     }
 
     #[test]
@@ -287,7 +313,7 @@ mod tests {
         .unwrap();
         settings.validate().unwrap();
         assert!(
-            matches!(settings.backend, BackendSettings::Exec { timeout_s, .. } if timeout_s == 300.0)
+            matches!(settings.backend, Some(BackendSettings::Exec { timeout_s, .. }) if timeout_s == 300.0)
         );
         let http: BackendSettings = toml::from_str(
             r#"kind = "http"
@@ -325,10 +351,10 @@ url = "https://ops.example/act""#,
         );
 
         let mut s = valid();
-        s.backend = BackendSettings::Http {
+        s.backend = Some(BackendSettings::Http {
             url: "not a url".into(),
             timeout_s: 1.0,
-        };
+        });
         assert!(
             error(&s).starts_with("executor.backend.url: "),
             "{}",
@@ -336,17 +362,17 @@ url = "https://ops.example/act""#,
         );
 
         let mut s = valid();
-        s.backend = BackendSettings::Simulator {
+        s.backend = Some(BackendSettings::Simulator {
             url: "ftp://h/x".into(),
-        };
+        });
         assert!(error(&s).contains("not http or https"), "{}", error(&s));
 
         let mut s = valid();
-        s.backend = BackendSettings::Exec {
+        s.backend = Some(BackendSettings::Exec {
             program: "act".into(),
             args: vec!["{job}".into(), "{jobs}".into()],
             timeout_s: 1.0,
-        };
+        });
         assert!(
             error(&s).starts_with("executor.backend.args[1]: unknown placeholder {jobs}"),
             "{}",

@@ -1,6 +1,7 @@
 //! Command-line surface. Each subcommand's work is in its own module.
 
 use std::path::PathBuf;
+#[cfg(feature = "simulator")]
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -30,16 +31,18 @@ pub enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    #[cfg(feature = "simulator")]
     /// Run the whole loop on one machine: broker (embedded unless --brokers), topics, simulator, detector, planner, executor.
     Up(UpArgs),
     /// Run the planner service against `kafka.brokers` (needs planner.signing_key_file).
     Planner(StatusArgs),
     /// Run the detector service against `kafka.brokers`.
     Detector,
-    /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.public_keys).
+    /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.cluster, .backend and .public_keys).
     Executor,
     /// Run the archiver against `kafka.brokers`: every topic to Avro files in `archiver.dir`.
     Archiver,
+    #[cfg(feature = "simulator")]
     /// Run the simulated cluster against `kafka.brokers` until Ctrl-C or --duration.
     Sim {
         /// Stop after this much real time and print the summary.
@@ -61,6 +64,7 @@ pub enum Command {
     Replay(crate::replay::ReplayArgs),
     /// The causal chain of one command: source records, failure, decision, command, results.
     Explain(crate::explain::ExplainArgs),
+    #[cfg(feature = "simulator")]
     /// Compare recovery policies under the same failures in the offline loop; print the table,
     /// write it and a plot into docs/EVALUATION.md.
     Evaluate(crate::evaluate::EvaluateArgs),
@@ -127,6 +131,7 @@ impl StatusArgs {
     }
 }
 
+#[cfg(feature = "simulator")]
 #[derive(Debug, clap::Args)]
 pub struct UpArgs {
     /// Use this Kafka instead of the embedded broker.
@@ -175,6 +180,7 @@ pub struct UpArgs {
     pub status: StatusArgs,
 }
 
+#[cfg(feature = "simulator")]
 /// `90`, `90s`, `10m` or `2h`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
@@ -207,18 +213,21 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Keys {
             command: KeysCommand::Public { key },
         } => crate::keys::public(&key),
+        #[cfg(feature = "simulator")]
         Command::Up(args) => crate::up::run(&config, args).await,
         Command::Plan { input } => crate::plan::run(&input),
         Command::Planner(status) => crate::services::planner(&config, &status).await,
         Command::Detector => crate::services::detector(&config).await,
         Command::Executor => crate::services::executor(&config).await,
         Command::Archiver => crate::services::archiver(&config).await,
+        #[cfg(feature = "simulator")]
         Command::Sim {
             duration,
             summary_json,
         } => crate::services::sim(&config, duration, summary_json).await,
         Command::Classify { rules } => crate::classify::run(&config, rules),
         Command::Replay(args) => crate::replay::run(&config, args),
+        #[cfg(feature = "simulator")]
         Command::Evaluate(args) => crate::evaluate::run(args),
         Command::Explain(args) => crate::explain::run(&config, args),
     }
@@ -228,6 +237,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "simulator")]
     #[test]
     fn durations_parse_with_units() {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));

@@ -16,12 +16,13 @@ use unicron_bus::KafkaConfig;
 use unicron_detector::DetectorSettings;
 use unicron_executor::ExecutorSettings;
 use unicron_planner::PlannerSettings;
+#[cfg(feature = "simulator")]
 use unicron_simulator::SimConfig;
 
 pub use crate::status::StatusConfig;
 
 /// Sections whose keys the environment may override.
-const ENV_SECTIONS: [&str; 9] = [
+const ENV_SECTIONS: &[&str] = &[
     "archiver__",
     "kafka__",
     "metrics__",
@@ -29,6 +30,7 @@ const ENV_SECTIONS: [&str; 9] = [
     "planner__",
     "detector__",
     "executor__",
+    #[cfg(feature = "simulator")]
     "sim__",
     "status__",
 ];
@@ -43,6 +45,8 @@ pub struct Config {
     pub planner: PlannerSettings,
     pub detector: DetectorSettings,
     pub executor: ExecutorSettings,
+    /// Only in a binary with the simulator; without it `[sim]` is an unknown section.
+    #[cfg(feature = "simulator")]
     pub sim: SimConfig,
     pub archiver: ArchiverSettings,
     pub status: StatusConfig,
@@ -141,13 +145,13 @@ impl Config {
         self.detector
             .validate()
             .map_err(|e| ConfigError(e.to_string()))?;
-        // `unicron up` supplies the planner's key itself; with keys given,
-        // the whole section must make sense.
-        if !self.executor.public_keys.is_empty() {
-            self.executor
-                .validate()
-                .map_err(|e| ConfigError(e.to_string()))?;
-        }
+        // What is set must make sense; what an executor needs (cluster,
+        // backend, keys) is checked when one starts, as services sharing the
+        // file need none of it and `unicron up` supplies some.
+        self.executor
+            .check_given()
+            .map_err(|e| ConfigError(e.to_string()))?;
+        #[cfg(feature = "simulator")]
         self.sim.validate().map_err(ConfigError)?;
         self.archiver
             .validate()
@@ -280,14 +284,20 @@ mod tests {
             .to_string();
         assert!(err.contains("format") && !err.contains('\n'), "{err}");
 
-        let err = load_text("[sim]\nspeed = 0.0\n").unwrap_err().to_string();
-        assert_eq!(err, "config: sim.speed: must be a positive number, got 0");
+        #[cfg(feature = "simulator")]
+        {
+            let err = load_text("[sim]\nspeed = 0.0\n").unwrap_err().to_string();
+            assert_eq!(err, "config: sim.speed: must be a positive number, got 0");
 
-        let err = load_text("[sim]\nnodes = 2\njobs = 4\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("config: sim.jobs: 4 jobs need"), "{err}");
+            let err = load_text("[sim]\nnodes = 2\njobs = 4\n")
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("config: sim.jobs: 4 jobs need"), "{err}");
+        }
 
+        // Keys without cluster or backend: a file the other services share.
+        load_text("[executor.public_keys]\nk1 = \"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a\"\n")
+            .unwrap();
         let err = load_text("[executor.public_keys]\nk1 = \"abc\"\n")
             .unwrap_err()
             .to_string();
@@ -361,8 +371,16 @@ mod fuzz_tests {
     use proptest::prelude::*;
 
     /// Sections of the file, as errors name them.
-    const SECTIONS: [&str; 9] = [
-        "kafka", "metrics", "embedded", "planner", "detector", "executor", "sim", "archiver",
+    const SECTIONS: &[&str] = &[
+        "kafka",
+        "metrics",
+        "embedded",
+        "planner",
+        "detector",
+        "executor",
+        #[cfg(feature = "simulator")]
+        "sim",
+        "archiver",
         "status",
     ];
 

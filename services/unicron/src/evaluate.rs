@@ -19,13 +19,11 @@ pub struct EvaluateArgs {
     /// Write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Documentation directory that receives the table (EVALUATION.md) and the plot
-    /// (evaluation/<scenario>.svg).
-    #[arg(long, default_value = "docs", value_name = "DIR")]
-    pub docs: PathBuf,
-    /// Print only; write nothing into the documentation.
-    #[arg(long)]
-    pub no_docs: bool,
+    /// Write the table into DIR/EVALUATION.md (the scenario's section) and the plot to
+    /// DIR/evaluation/<scenario>.svg; `--out docs` updates the repository's. Without it,
+    /// print only.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
@@ -54,12 +52,12 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
         std::fs::write(path, json(&evaluation)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    if !args.no_docs {
-        write_docs(&args.docs, &evaluation, &table)?;
+    if let Some(dir) = &args.out {
+        write_docs(dir, &evaluation, &table)?;
         println!(
             "wrote {} and {}",
-            args.docs.join("EVALUATION.md").display(),
-            args.docs.join(plot_name(&evaluation)).display()
+            dir.join("EVALUATION.md").display(),
+            dir.join(plot_name(&evaluation)).display()
         );
     }
     Ok(())
@@ -94,11 +92,12 @@ fn write_docs(dir: &Path, e: &Evaluation, table: &str) -> anyhow::Result<()> {
         format!("<!-- evaluate:{}:end -->", e.scenario.name),
     );
     let section = format!(
-        "{begin}\n{table}\n![accumulated WAF over time, scenario {}]({})\n\nProduced by `unicron evaluate --scenario {} --seeds {}`.\n{end}",
+        "{begin}\n{table}\n![accumulated WAF over time, scenario {}]({})\n\nProduced by `unicron evaluate --scenario {} --seeds {} --out {}`.\n{end}",
         e.scenario.name,
         plot_name(e),
         e.scenario.name,
-        e.seeds
+        e.seeds,
+        dir.display()
     );
     let updated = match (text.find(&begin), text.find(&end)) {
         (Some(b), Some(x)) if x > b => format!("{}{section}{}", &text[..b], &text[x + end.len()..]),

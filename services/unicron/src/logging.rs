@@ -15,6 +15,7 @@ const HELD_MAX_BYTES: usize = 1 << 20;
 enum Target {
     Stderr,
     Held(Vec<u8>),
+    #[cfg_attr(not(feature = "simulator"), allow(dead_code))]
     File(File),
 }
 
@@ -40,6 +41,7 @@ pub fn init(to_file: bool) {
 }
 
 /// Sends the log to `path` (appended), after the lines held so far.
+#[cfg_attr(not(feature = "simulator"), allow(dead_code))]
 pub fn write_to_file(path: &Path) -> io::Result<()> {
     let mut file = File::options().create(true).append(true).open(path)?;
     let mut target = target();

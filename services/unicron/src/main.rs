@@ -3,6 +3,7 @@
 mod classify;
 mod cli;
 mod config;
+#[cfg(feature = "simulator")]
 mod evaluate;
 mod explain;
 mod history;
@@ -11,8 +12,11 @@ mod logging;
 mod plan;
 mod replay;
 mod services;
+// `up` alone stops the page before its broker.
+#[cfg_attr(not(feature = "simulator"), allow(dead_code))]
 mod status;
 mod topics;
+#[cfg(feature = "simulator")]
 mod up;
 
 use std::process::ExitCode;
@@ -30,7 +34,11 @@ fn main() -> ExitCode {
         }
     };
     // `up` keeps its terminal for progress; its logs go to a file unless -v.
-    logging::init(matches!(&cli.command, cli::Command::Up(args) if !args.verbose));
+    #[cfg(feature = "simulator")]
+    let logs_to_file = matches!(&cli.command, cli::Command::Up(args) if !args.verbose);
+    #[cfg(not(feature = "simulator"))]
+    let logs_to_file = false;
+    logging::init(logs_to_file);
     let config = match config::Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use anyhow::{Context, bail};
+#[cfg(feature = "simulator")]
 use unicron_core::signing::CommandSigner;
 
 use crate::config::Config;
@@ -174,6 +175,7 @@ pub async fn detector(config: &Config) -> anyhow::Result<()> {
     .context("detector")
 }
 
+#[cfg(feature = "simulator")]
 /// The configured signer, or a fresh development key when none is
 /// configured (embedded mode only; the caller says so on its output).
 pub fn signer_or_dev_key(config: &Config) -> anyhow::Result<(CommandSigner, bool)> {
@@ -217,6 +219,7 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
     .context("executor")
 }
 
+#[cfg(feature = "simulator")]
 /// `unicron sim`: the simulated cluster against an existing Kafka, for
 /// trying deployed services; prints the ground truth at the end.
 pub async fn sim(

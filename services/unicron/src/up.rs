@@ -177,22 +177,25 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         .public_keys
         .entry(key_id.clone())
         .or_insert(public.clone());
+    // Acting for its own simulator: that cluster, and its address unless
+    // another backend is configured.
     if let (Some(sim), Some(sim_config)) = (&sim, &sim_config) {
         executor_settings.cluster = sim_config.cluster.clone();
-        if matches!(executor_settings.backend, BackendSettings::Simulator { .. }) {
-            executor_settings.backend = BackendSettings::Simulator {
+        if matches!(
+            executor_settings.backend,
+            None | Some(BackendSettings::Simulator { .. })
+        ) {
+            executor_settings.backend = Some(BackendSettings::Simulator {
                 url: format!("http://{}/actions", sim.addr),
-            };
+            });
         }
     }
-    let run_executor =
-        sim.is_some() || !matches!(executor_settings.backend, BackendSettings::Simulator { .. });
-    if run_executor {
+    if let Some(backend) = &executor_settings.backend {
         executor_settings.validate().context("executor")?;
         println!(
             "executor: cluster {}, backend {}",
             executor_settings.cluster,
-            describe(&executor_settings.backend)
+            describe(backend)
         );
         let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -208,9 +211,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             }),
         ));
     } else {
-        println!(
-            "executor: not started (no simulator; set executor.backend to an http or exec backend)"
-        );
+        println!("executor: not started (no simulator; set executor.cluster and executor.backend)");
     }
     if let (Some(sim), Some(c)) = (&sim, &sim_config) {
         println!(

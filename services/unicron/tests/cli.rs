@@ -122,6 +122,17 @@ fn evaluate_compares_policies_and_writes_the_docs() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("eval.json");
     let docs = dir.path().join("docs");
+    // Without --out it writes nothing, wherever it runs.
+    let cwd = tempfile::tempdir().unwrap();
+    let printed = unicron()
+        .current_dir(cwd.path())
+        .args(["evaluate", "--scenario", "smoke", "--seeds", "1"])
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "{}", text(&printed.stderr));
+    assert!(text(&printed.stdout).contains("| unicron |"));
+    assert_eq!(std::fs::read_dir(cwd.path()).unwrap().count(), 0);
+
     let out = run(&[
         "evaluate",
         "--scenario",
@@ -130,7 +141,7 @@ fn evaluate_compares_policies_and_writes_the_docs() {
         "1",
         "--json",
         json.to_str().unwrap(),
-        "--docs",
+        "--out",
         docs.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -159,14 +170,14 @@ fn evaluate_compares_policies_and_writes_the_docs() {
         "smoke",
         "--seeds",
         "1",
-        "--docs",
+        "--out",
         docs.to_str().unwrap(),
     ]);
     assert!(again.status.success());
     let doc = std::fs::read_to_string(docs.join("EVALUATION.md")).unwrap();
     assert_eq!(doc.matches("<!-- evaluate:smoke:begin -->").count(), 1);
 
-    let bad = run(&["evaluate", "--scenario", "mars", "--no-docs"]);
+    let bad = run(&["evaluate", "--scenario", "mars"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("--scenario: `mars`"));
 }
@@ -178,6 +189,37 @@ fn topics_create_needs_brokers() {
     assert_eq!(
         text(&out.stderr).trim(),
         "error: --brokers: required (or set kafka.brokers in the configuration)"
+    );
+}
+
+/// A standalone executor has no built-in cluster or backend: configured
+/// with only its keys, it stops with one line naming what is missing.
+#[test]
+fn executor_needs_its_cluster_and_backend() {
+    let public = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+    let executor = |extra: &[(&str, &str)]| {
+        let mut command = unicron();
+        command
+            .env("UNICRON_KAFKA__BROKERS", "127.0.0.1:9")
+            .env("UNICRON_EXECUTOR__PUBLIC_KEYS__DEV", public);
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        command.arg("executor").output().unwrap()
+    };
+    let out = executor(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        "error: executor: executor.cluster: required (the cluster this executor acts for)"
+    );
+    let out = executor(&[("UNICRON_EXECUTOR__CLUSTER", "a")]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: executor: executor.backend: required"),
+        "{stderr}"
     );
 }
 

@@ -1040,6 +1040,16 @@ fn kubernetes_executors_are_one_per_cluster_and_trust_the_planner_key() {
             clusters.insert(cluster.clone()),
             "two executors for cluster {cluster}"
         );
+        // No default backend: each executor must be given its own.
+        assert_eq!(
+            effective(&config, &env, "executor.backend.kind").as_deref(),
+            Some("http"),
+            "executor of {cluster}"
+        );
+        assert!(
+            effective(&config, &env, "executor.backend.url").is_some(),
+            "executor of {cluster}"
+        );
         assert_eq!(
             pod.workload["spec"]["replicas"].as_u64(),
             Some(1),
@@ -1585,6 +1595,13 @@ fn systemd_units_on_one_host_do_not_collide() {
                 effective(&config, &env, "executor.cluster").as_deref(),
                 Some("cluster-a"),
                 "{}: the instance name is the cluster",
+                unit.file
+            );
+            // No default backend: the unit's configuration names it.
+            assert_eq!(
+                effective(&config, &env, "executor.backend.kind").as_deref(),
+                Some("http"),
+                "{}",
                 unit.file
             );
         }

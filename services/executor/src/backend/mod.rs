@@ -60,7 +60,14 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub fn new(settings: &BackendSettings) -> Result<Backend, ExecutorError> {
+    /// The backend `executor.backend` describes (given as the setting or
+    /// as the optional field of `ExecutorSettings`); unset is an error.
+    pub fn new<'a>(
+        settings: impl Into<Option<&'a BackendSettings>>,
+    ) -> Result<Backend, ExecutorError> {
+        let Some(settings) = settings.into() else {
+            return Err(ExecutorError::Config("executor.backend: required".into()));
+        };
         let secs = Duration::from_secs_f64;
         Ok(match settings {
             BackendSettings::Http { url, timeout_s } => {
