@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use unicron_bus::history::read_topic;
-use unicron_bus::{AvroCodec, KafkaConfig};
+use unicron_bus::{AvroCodec, KafkaConfig, Topic, Topics};
 use unicron_core::{Command, CommandResult, CommandStatus};
 
 /// What the summary line reports.
@@ -38,13 +38,15 @@ pub fn judge(
     v.actions = summary["commands_executed"].as_u64().unwrap_or(0);
     v.duplicates_suppressed = summary["duplicate_requests"].as_u64().unwrap_or(0);
 
-    let commands: BTreeMap<String, Command> = read_topic(kafka, brokers, &kafka.topic("commands"))?
-        .iter()
-        .filter_map(|r| AvroCodec::<Command>::default().decode(&r.payload).ok())
-        .map(|c| (c.id.clone(), c))
-        .collect();
+    let topics = Topics::new(kafka);
+    let commands: BTreeMap<String, Command> =
+        read_topic(kafka, brokers, topics.name(Topic::Commands))?
+            .iter()
+            .filter_map(|r| AvroCodec::<Command>::default().decode(&r.payload).ok())
+            .map(|c| (c.id.clone(), c))
+            .collect();
     let mut finals: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for record in read_topic(kafka, brokers, &kafka.topic("command-results"))? {
+    for record in read_topic(kafka, brokers, topics.name(Topic::CommandResults))? {
         let Ok(result) = AvroCodec::<CommandResult>::default().decode(&record.payload) else {
             continue;
         };
