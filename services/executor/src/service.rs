@@ -39,7 +39,7 @@ pub async fn run(
     settings: &ExecutorSettings,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ExecutorError> {
-    settings.validate()?;
+    let ready = settings.prepare()?;
     let options = RuntimeOptions {
         service: SERVICE,
         group_id: settings.group(),
@@ -51,8 +51,8 @@ pub async fn run(
         },
     };
     let mut processor = ExecutorProcessor {
-        gate: settings.gate()?,
-        backend: Backend::new(&settings.backend)?,
+        gate: ready.gate,
+        backend: ready.backend,
         backoff: settings.backoff,
         name: settings.name.clone(),
         results_topic: Topics::new(kafka).name(Topic::CommandResults).to_string(),

@@ -5,6 +5,7 @@ use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 use unicron_core::executor::{Backoff, Gate};
 
+use crate::backend::Backend;
 use crate::backend::exec::PLACEHOLDERS;
 use crate::error::ExecutorError;
 
@@ -37,6 +38,12 @@ pub struct ExecutorSettings {
     /// an executor never sends real actions to an address it was not given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendSettings>,
+}
+
+/// What the executor runs with, from [`ExecutorSettings::prepare`].
+pub(crate) struct Prepared {
+    pub gate: Gate,
+    pub backend: Backend,
 }
 
 /// How the executor carries out an action.
@@ -114,6 +121,19 @@ impl ExecutorSettings {
     /// The first setting that is missing or makes no sense, naming its
     /// field: what an executor needs to start.
     pub fn validate(&self) -> Result<(), ExecutorError> {
+        self.prepare().map(drop)
+    }
+
+    /// The settings checked once and turned into what the executor runs
+    /// with: the gate (keys parsed) and the backend.
+    pub(crate) fn prepare(&self) -> Result<Prepared, ExecutorError> {
+        self.check_required()?;
+        let gate = self.check_given_gate()?;
+        let backend = Backend::new(self.backend.as_ref())?;
+        Ok(Prepared { gate, backend })
+    }
+
+    fn check_required(&self) -> Result<(), ExecutorError> {
         if self.cluster.is_empty() {
             return Err(config(
                 "executor.cluster: required (the cluster this executor acts for)",
@@ -129,20 +149,25 @@ impl ExecutorSettings {
                 "executor.public_keys: at least one planner key is needed (key id = 64 hex digits)",
             ));
         }
-        self.check_given()
+        Ok(())
     }
 
     /// The settings given make sense; cluster, backend and keys may be
     /// missing. For a configuration that other services share, where each
     /// executor adds its own.
     pub fn check_given(&self) -> Result<(), ExecutorError> {
+        self.check_given_gate().map(drop)
+    }
+
+    /// [`check_given`](Self::check_given), keeping the gate it builds.
+    fn check_given_gate(&self) -> Result<Gate, ExecutorError> {
         if self.name.is_empty() {
             return Err(config("executor.name: must not be empty"));
         }
         if self.group_id.as_deref() == Some("") {
             return Err(config("executor.group_id: must not be empty"));
         }
-        self.gate()?;
+        let gate = self.gate()?;
         if self.backoff.max_attempts == 0 {
             return Err(config("executor.backoff.max_attempts: must be at least 1"));
         }
@@ -152,10 +177,10 @@ impl ExecutorSettings {
                 self.backoff.initial_ms, self.backoff.max_ms
             )));
         }
-        match &self.backend {
-            Some(backend) => backend.validate(),
-            None => Ok(()),
+        if let Some(backend) = &self.backend {
+            backend.validate()?;
         }
+        Ok(gate)
     }
 
     fn ttl_ms(&self) -> Result<i64, ExecutorError> {
