@@ -15,6 +15,9 @@
 //! `PROPTEST_CASES=200000 cargo test --release -p unicron-bus --test
 //! fuzz_decoders` is the long run (docs/fuzzing.md).
 
+// The counting allocator below implements `GlobalAlloc`, which is unsafe.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;

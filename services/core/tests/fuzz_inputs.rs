@@ -12,6 +12,9 @@
 //! `PROPTEST_CASES=200000 cargo test --release -p unicron-core --test
 //! fuzz_inputs` is the long run (docs/fuzzing.md).
 
+// The counting allocator below implements `GlobalAlloc`, which is unsafe.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::LazyLock;
