@@ -140,7 +140,10 @@ pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow
             "kafka.brokers: required for `unicron planner` (use `unicron up` for the embedded broker)"
         );
     };
-    let signer = config.planner.signer()?;
+    let signer = config
+        .planner
+        .signer()
+        .map_err(|e| crate::cli::UsageError(format!("config: {e}")))?;
     println!(
         "planner: group {} on {brokers}, key {}",
         config.planner.group_id, config.planner.key_id
@@ -204,7 +207,11 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
             "kafka.brokers: required for `unicron executor` (use `unicron up` for the embedded broker)"
         );
     };
-    config.executor.validate().context("executor")?;
+    // A setting the executor cannot start without is the operator's to fix.
+    config
+        .executor
+        .validate()
+        .map_err(|e| crate::cli::UsageError(format!("config: {e}")))?;
     println!(
         "executor: cluster {} as {}, group {} on {brokers}",
         config.executor.cluster,

@@ -208,17 +208,17 @@ fn executor_needs_its_cluster_and_backend() {
         command.arg("executor").output().unwrap()
     };
     let out = executor(&[]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr).trim(),
-        "error: executor: executor.cluster: required (the cluster this executor acts for)"
+        "error: config: executor.cluster: required (the cluster this executor acts for)"
     );
     let out = executor(&[("UNICRON_EXECUTOR__CLUSTER", "a")]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.starts_with("error: executor: executor.backend: required"),
+        stderr.starts_with("error: config: executor.backend: required"),
         "{stderr}"
     );
 }
