@@ -135,7 +135,7 @@ impl Processor for DetectorProcessor {
         decoded: formats::Decoded,
         step: &mut Step<'_>,
     ) -> Result<Applied<Never>, DetectorError> {
-        let record = step.record().clone();
+        let record = step.record();
         tracing::debug!(
             topic = %record.topic,
             offset = record.offset,
@@ -172,7 +172,7 @@ impl Processor for DetectorProcessor {
         for failure in &failures {
             let payload = self.failure_codec.encode(failure)?;
             step.publish(&self.failures_topic, failure.cluster.as_bytes(), payload);
-            record_failure(failure, &record);
+            record_failure(failure, record);
         }
         for problem in problems {
             step.dead_letter(problem);

@@ -168,7 +168,10 @@ pub async fn run<P: Processor>(
             connection_losses: membership.connection_losses(),
             now: Instant::now(),
         });
-        last_read.insert((record.topic.clone(), record.partition), record.offset);
+        if ticks.is_some() {
+            // Only ticks ask how far a partition was read.
+            last_read.insert((record.topic.clone(), record.partition), record.offset);
+        }
         if !processor.wants(&record) || driver.applied_before(&record)? {
             consumer.mark_done(&record).map_err(RuntimeError::from)?;
             continue;

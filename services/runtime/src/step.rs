@@ -24,8 +24,9 @@ impl<'a> Step<'a> {
         }
     }
 
-    /// The record being applied.
-    pub fn record(&self) -> &InboundRecord {
+    /// The record being applied (borrowed from the runtime, not from the
+    /// step, so a processor may hold it while it stages outputs).
+    pub fn record(&self) -> &'a InboundRecord {
         self.record
     }
 

@@ -16,33 +16,6 @@ use std::time::Duration;
 
 use common::{Running, spawn_listening};
 
-/// tansu: `$TANSU`, or where `./dev test` installs it (`$UNICRON_CACHE`,
-/// `~/.cache/unicron`, CI's cache).
-fn tansu() -> Option<PathBuf> {
-    let cached = |dir: Option<PathBuf>| dir.map(|d| d.join("bin/tansu"));
-    [
-        std::env::var_os("TANSU").map(PathBuf::from),
-        cached(std::env::var_os("UNICRON_CACHE").map(PathBuf::from)),
-        cached(std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/unicron"))),
-        cached(Some(PathBuf::from("/var/cache/unicron-tools"))),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|p| p.is_file())
-}
-
-fn tansu_or_skip() -> Option<PathBuf> {
-    let found = tansu();
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but tansu is missing: ./dev test installs it"
-        );
-        eprintln!("skipped: no tansu (set TANSU; it is required when CI is set)");
-    }
-    found
-}
-
 /// A tansu process on loopback with SQLite storage in `dir`, advertising
 /// `advertised` to clients.
 fn start_tansu(
@@ -154,7 +127,7 @@ fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
 /// unknown CA stops `topics create` with one line.
 #[test]
 fn tls_and_sasl_settings_pass_through_to_the_broker() {
-    let Some(tansu) = tansu_or_skip() else {
+    let Some(tansu) = unicron_bus::testing::tansu_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

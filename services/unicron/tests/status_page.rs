@@ -40,16 +40,9 @@ fn missing() -> Option<String> {
     None
 }
 
-#[test]
-fn the_status_page_shows_a_live_run_in_a_real_browser() {
-    if let Some(what) = missing() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but {what} is missing: ./dev test installs it"
-        );
-        eprintln!("skipped: {what} is missing (it is required when CI is set)");
-        return;
-    }
+/// `unicron up` on the example trace with its status page: the running
+/// process, the broker it printed and the page's URL.
+fn up_with_status_page() -> (common::Running, String, String) {
     let mut up = Command::new(env!("CARGO_BIN_EXE_unicron"))
         .current_dir(repo())
         .env_remove("RUST_LOG")
@@ -69,13 +62,31 @@ fn the_status_page_shows_a_live_run_in_a_real_browser() {
         .spawn()
         .unwrap();
     let stdout = up.stdout.take().unwrap();
-    let _running = common::Running(up);
+    let running = common::Running(up);
     let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let broker = lines
+        .next()
+        .and_then(|l| l.strip_prefix("broker: ").map(str::to_string))
+        .expect("`unicron up` printed no `broker:` line first");
     let url = lines
         .find_map(|line| line.strip_prefix("status: ").map(str::to_string))
         .expect("`unicron up` printed no `status:` line");
     // Keep reading: `up` must not find its progress output closed.
     std::thread::spawn(move || lines.for_each(drop));
+    (running, broker, url)
+}
+
+#[test]
+fn the_status_page_shows_a_live_run_in_a_real_browser() {
+    if let Some(what) = missing() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but {what} is missing: ./dev test installs it"
+        );
+        eprintln!("skipped: {what} is missing (it is required when CI is set)");
+        return;
+    }
+    let (_running, _broker, url) = up_with_status_page();
 
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page");
     std::fs::create_dir_all(&out_dir).unwrap();
@@ -104,35 +115,7 @@ fn the_status_page_shows_a_live_run_in_a_real_browser() {
 
 #[test]
 fn the_page_explains_a_command_as_explain_from_the_log_does() {
-    let mut up = Command::new(env!("CARGO_BIN_EXE_unicron"))
-        .current_dir(repo())
-        .env_remove("RUST_LOG")
-        .env("UNICRON_METRICS__LISTEN", "127.0.0.1:0")
-        .args([
-            "up",
-            "--trace",
-            "tools/traces/example.csv",
-            "--duration",
-            "150s",
-            "--no-archive",
-            "--status",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = up.stdout.take().unwrap();
-    let _running = common::Running(up);
-    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let broker = lines
-        .next()
-        .and_then(|l| l.strip_prefix("broker: ").map(str::to_string))
-        .expect("`unicron up` printed no `broker:` line first");
-    let page = lines
-        .find_map(|line| line.strip_prefix("status: ").map(str::to_string))
-        .expect("`unicron up` printed no `status:` line");
-    std::thread::spawn(move || lines.for_each(drop));
+    let (_running, broker, page) = up_with_status_page();
     let page = page
         .trim_start_matches("http://")
         .trim_end_matches('/')

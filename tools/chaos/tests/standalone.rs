@@ -10,33 +10,6 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// tansu: `$TANSU`, or where `./dev test` installs it (`$UNICRON_CACHE`,
-/// `~/.cache/unicron`, CI's cache).
-fn tansu() -> Option<PathBuf> {
-    let cached = |dir: Option<PathBuf>| dir.map(|d| d.join("bin/tansu"));
-    [
-        std::env::var_os("TANSU").map(PathBuf::from),
-        cached(std::env::var_os("UNICRON_CACHE").map(PathBuf::from)),
-        cached(std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/unicron"))),
-        cached(Some(PathBuf::from("/var/cache/unicron-tools"))),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|p| p.is_file())
-}
-
-fn tansu_or_skip() -> Option<PathBuf> {
-    let found = tansu();
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but tansu is missing: ./dev test installs it"
-        );
-        eprintln!("skipped: no tansu (set TANSU; it is required when CI is set)");
-    }
-    found
-}
-
 /// The `unicron` binary of this build: the driver's sibling in the target
 /// directory. Cargo builds it when the workspace's tests are built
 /// (`--workspace`), not for this package alone.
@@ -56,7 +29,7 @@ fn unicron() -> PathBuf {
 /// move. Judged by the simulator's ground truth and by replay.
 #[test]
 fn standalone_chaos_loses_nothing_and_does_nothing_twice() {
-    let Some(tansu) = tansu_or_skip() else {
+    let Some(tansu) = unicron_bus::testing::tansu_or_skip() else {
         return;
     };
     let work = tempfile::tempdir().unwrap();
