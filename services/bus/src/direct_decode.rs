@@ -12,7 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use unicron_core::{AgentEvent, AgentEventKind, MetricSample, TelemetryBatch};
+use unicron_core::{
+    AgentEvent, AgentEventKind, MetricSample, TelemetryBatch, WorkerChange, WorkerReport,
+};
 
 /// Reads the primitives of the Avro binary encoding from a byte slice.
 pub struct Cursor<'a> {
@@ -202,6 +204,23 @@ pub fn agent_event(c: &mut Cursor<'_>) -> Result<AgentEvent> {
             [1] => true,
             other => return Err(format!("boolean byte {other:?}")),
         },
+        worker: optional(c, worker_report)?,
+    })
+}
+
+fn worker_report(c: &mut Cursor<'_>) -> Result<WorkerReport> {
+    Ok(WorkerReport {
+        change: match c.long()? {
+            0 => WorkerChange::Started,
+            1 => WorkerChange::State,
+            2 => WorkerChange::Stopped,
+            3 => WorkerChange::Unknown,
+            other => return Err(format!("WorkerChange symbol {other}")),
+        },
+        generation: c.long()?,
+        pid: c.int()?,
+        command_id: optional(c, Cursor::string)?,
+        process_state: optional(c, Cursor::string)?,
     })
 }
 
@@ -290,6 +309,7 @@ mod tests {
                 iteration: (!some).then_some(i64::MAX),
                 iteration_time_ms: some.then_some(1234.5),
                 idle_tick: false,
+                worker: None,
             };
             let bytes = codec.encode(&value).unwrap();
             let mut c = Cursor::new(&bytes);

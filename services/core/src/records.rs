@@ -86,6 +86,38 @@ pub struct AgentEvent {
     /// so replay fires the same timers.
     #[serde(default)]
     pub idle_tick: bool,
+    /// What an agent reports about one of its workers (see [`WorkerReport`]).
+    #[serde(default)]
+    pub worker: Option<WorkerReport>,
+}
+
+/// What changed about a worker an agent supervises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerChange {
+    /// The agent started the worker.
+    Started,
+    /// Its process state (procfs) changed.
+    State,
+    /// The agent stopped it (with kind `ProcessExit`): never a failure.
+    Stopped,
+    Unknown,
+}
+
+/// One worker process of a job, as its agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub change: WorkerChange,
+    /// The job's start count the worker belongs to.
+    pub generation: i64,
+    /// Process id, also its process group id.
+    pub pid: i32,
+    /// The command that started or stopped it.
+    #[serde(default)]
+    pub command_id: Option<String>,
+    /// running, sleeping, disk_sleep, stopped, tracing_stop, zombie or dead.
+    #[serde(default)]
+    pub process_state: Option<String>,
 }
 
 impl AgentEvent {
@@ -104,6 +136,7 @@ impl AgentEvent {
             iteration: None,
             iteration_time_ms: None,
             idle_tick: true,
+            worker: None,
         }
     }
 }
@@ -200,6 +233,22 @@ pub struct ClusterEvent {
     pub job_id: Option<String>,
     #[serde(default)]
     pub job: Option<JobSpec>,
+    /// node_joined: where other nodes reach this node.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// job_*: set when unicron agents start the job's workers.
+    #[serde(default)]
+    pub launch: Option<AgentLaunch>,
+}
+
+/// How agents launch a job (see `schemas/ClusterEvent.avsc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentLaunch {
+    /// First of the 1000 ports the master port is chosen from.
+    pub master_port_base: i32,
+    /// Restarts after failures the job may have in all; `None`: no limit.
+    #[serde(default)]
+    pub restart_budget: Option<i32>,
 }
 
 /// The input record that caused a [`Decision`].
@@ -287,6 +336,19 @@ pub struct Command {
     pub key_id: String,
     #[serde(with = "serde_bytes")]
     pub signature: Vec<u8>,
+    /// Start commands of agent-launched jobs: where the workers meet.
+    #[serde(default)]
+    pub rendezvous: Option<Rendezvous>,
+}
+
+/// The torch.distributed rendezvous a start command hands out; node ranks
+/// are the order of the command's `nodes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rendezvous {
+    /// The job's start count (`UNICRON_GENERATION`).
+    pub generation: i64,
+    pub master_addr: String,
+    pub master_port: i32,
 }
 
 /// Outcome of a command at an executor.
@@ -312,6 +374,9 @@ pub struct CommandResult {
     #[serde(default)]
     pub duration_ms: i64,
     pub executor: String,
+    /// The node this result answers for (agents); `None`: the whole command.
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 /// A record a service could not use (`unicron.dlq`, key: source topic).

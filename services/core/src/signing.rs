@@ -36,6 +36,14 @@ pub fn canonical_bytes(command: &Command) -> Vec<u8> {
         field(cause.as_bytes());
     }
     field(command.key_id.as_bytes());
+    // Appended only when present, so commands without one keep the bytes
+    // (and signatures) they had before the field existed.
+    if let Some(rendezvous) = &command.rendezvous {
+        field(b"rendezvous");
+        field(&rendezvous.generation.to_be_bytes());
+        field(rendezvous.master_addr.as_bytes());
+        field(&rendezvous.master_port.to_be_bytes());
+    }
     out
 }
 
@@ -121,6 +129,7 @@ mod tests {
             causation: vec!["f1".into()],
             key_id: String::new(),
             signature: vec![],
+            rendezvous: None,
         }
     }
 
