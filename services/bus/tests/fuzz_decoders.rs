@@ -265,6 +265,7 @@ fn agent() -> impl Strategy<Value = AgentEvent> {
                 iteration,
                 iteration_time_ms,
                 idle_tick: false,
+                worker: None,
             },
         )
 }
@@ -376,6 +377,8 @@ fn cluster_event() -> impl Strategy<Value = ClusterEvent> {
                 gpus,
                 job_id,
                 job,
+                address: None,
+                launch: None,
             },
         )
 }
@@ -465,6 +468,7 @@ fn command() -> impl Strategy<Value = Command> {
                 causation,
                 key_id,
                 signature,
+                rendezvous: None,
             },
         )
 }
@@ -491,6 +495,7 @@ fn command_result() -> impl Strategy<Value = CommandResult> {
                     reason,
                     duration_ms,
                     executor,
+                    node: None,
                 }
             },
         )
@@ -860,6 +865,7 @@ fn huge_length_prefixes_do_not_allocate_what_they_claim() {
         reason: None,
         duration_ms: 0,
         executor: String::new(),
+        node: None,
     };
     huge_claim(&result, 0).unwrap();
 }

@@ -237,6 +237,7 @@ pub fn result(
         reason,
         duration_ms: duration_ms.max(0),
         executor: executor.to_string(),
+        node: None,
     }
 }
 
@@ -258,6 +259,7 @@ mod tests {
             causation: vec![],
             key_id: String::new(),
             signature: vec![],
+            rendezvous: None,
         };
         CommandSigner::from_seed("k1", [3; 32]).sign(&mut command);
         command

@@ -147,6 +147,7 @@ fn agent(node: &str, job: Option<&str>, t: i64, kind: AgentEventKind) -> AgentEv
         iteration: None,
         iteration_time_ms: None,
         idle_tick: false,
+        worker: None,
     }
 }
 

@@ -221,6 +221,8 @@ fn repaired_node_is_given_back() {
             gpus: None,
             job_id: None,
             job: None,
+            address: None,
+            launch: None,
         }),
     );
     let cmds = commands(&p.apply(&repaired));
@@ -349,6 +351,8 @@ fn random_stream(seed: u64, len: usize) -> Vec<Input> {
                         gpus: None,
                         job_id: Some(format!("j{}", next(5))),
                         job: None,
+                        address: None,
+                        launch: None,
                     }),
                 )
             }

@@ -543,6 +543,7 @@ async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
         iteration: None,
         iteration_time_ms: None,
         idle_tick: false,
+        worker: None,
     };
     let log_codec = AvroCodec::<LogRecord>::default();
     let telemetry_codec = AvroCodec::<TelemetryBatch>::default();

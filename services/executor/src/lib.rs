@@ -6,11 +6,15 @@
 //! `docs/executor.md`.
 
 mod backend;
+mod carrier;
 mod dedupe;
 mod error;
 mod service;
 mod settings;
 
+pub use backend::Done;
+pub use carrier::{Carrier, Part};
 pub use error::ExecutorError;
-pub use service::run;
+pub use service::{CommandProcessor, run};
 pub use settings::{BackendSettings, ExecutorSettings};
+pub use unicron_core::executor::Outcome;

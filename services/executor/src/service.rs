@@ -1,6 +1,7 @@
 //! The executor's step: a signed command in; checked by the gate, carried
-//! out by the backend at most once per command id, its result out. The
-//! runtime (unicron-runtime) does the rest.
+//! out by a [`Carrier`] (the backend here, a node's workers in `unicron
+//! agent`) at most once per command id, its result out. The runtime
+//! (unicron-runtime) does the rest.
 //!
 //! Where reading starts: at the consumer group's committed offsets, not at
 //! offsets kept in the store (the planner's way). With an empty store that
@@ -24,6 +25,7 @@ use unicron_runtime::{Applied, Durability, Processor, RuntimeOptions, StartFrom,
 use unicron_store::{Store, StoreError};
 
 use crate::backend::{Backend, Done};
+use crate::carrier::{Carrier, Part};
 use crate::dedupe::{self, Marker};
 use crate::error::ExecutorError;
 use crate::settings::ExecutorSettings;
@@ -50,30 +52,64 @@ pub async fn run(
             start: StartFrom::GroupOffsets,
         },
     };
-    let mut processor = ExecutorProcessor {
-        gate: ready.gate,
+    let carrier = BackendCarrier {
         backend: ready.backend,
         backoff: settings.backoff,
-        name: settings.name.clone(),
-        results_topic: Topics::new(kafka).name(Topic::CommandResults).to_string(),
-        command_codec: AvroCodec::default(),
-        result_codec: AvroCodec::default(),
     };
+    let mut processor = CommandProcessor::new(kafka, ready.gate, carrier, &settings.name);
     tracing::info!(cluster = %settings.cluster, group = %options.group_id, state_dir = %settings.state_dir.display(), "executor starting");
     unicron_runtime::run(kafka, brokers, &options, &mut processor, shutdown).await
 }
 
-struct ExecutorProcessor {
-    gate: Gate,
+/// The executor's carrier: the configured backend for the whole cluster.
+struct BackendCarrier {
     backend: Backend,
     backoff: Backoff,
+}
+
+impl Carrier for BackendCarrier {
+    fn part(&self, _command: &Command) -> Part {
+        Part::Answer
+    }
+
+    async fn act(&mut self, command: &Command) -> Done {
+        self.backend.act(command, &self.backoff).await
+    }
+}
+
+/// The command protocol every carrier shares: the gate (signature,
+/// cluster, expiry), at most once per command id through the dedupe
+/// table, the Accepted result before acting and the final one after, both
+/// committed with the step. The executor runs it with a backend, each
+/// `unicron agent` with its node's workers.
+pub struct CommandProcessor<C> {
+    gate: Gate,
+    carrier: C,
     name: String,
     results_topic: String,
     command_codec: AvroCodec<Command>,
     result_codec: AvroCodec<CommandResult>,
 }
 
-impl Processor for ExecutorProcessor {
+impl<C: Carrier> CommandProcessor<C> {
+    /// A processor for `gate`'s cluster whose results name `name`.
+    pub fn new(kafka: &KafkaConfig, gate: Gate, carrier: C, name: &str) -> CommandProcessor<C> {
+        CommandProcessor {
+            gate,
+            carrier,
+            name: name.to_string(),
+            results_topic: Topics::new(kafka).name(Topic::CommandResults).to_string(),
+            command_codec: AvroCodec::default(),
+            result_codec: AvroCodec::default(),
+        }
+    }
+
+    pub fn carrier(&self) -> &C {
+        &self.carrier
+    }
+}
+
+impl<C: Carrier> Processor for CommandProcessor<C> {
     type Input = Command;
     type Action = Command;
     type Outcome = Done;
@@ -107,6 +143,11 @@ impl Processor for ExecutorProcessor {
         command: Command,
         step: &mut Step<'_>,
     ) -> Result<Applied<Command>, ExecutorError> {
+        let part = self.carrier.part(&command);
+        if part == Part::None {
+            return Ok(Applied::Done);
+        }
+        let answer = part == Part::Answer;
         let marker = step
             .remembered(&dedupe::key(&command.id))?
             .map(|bytes| Marker::decode(&bytes));
@@ -135,8 +176,10 @@ impl Processor for ExecutorProcessor {
                     Marker::Finished(CommandStatus::Rejected).encode(),
                 );
             }
-            let reason = Some(rejection.to_string());
-            self.publish(step, &command, CommandStatus::Rejected, reason, 0, None)?;
+            if answer {
+                let reason = Some(rejection.to_string());
+                self.publish(step, &command, CommandStatus::Rejected, reason, 0, None)?;
+            }
             return Ok(Applied::Done);
         }
         if resumed {
@@ -145,16 +188,18 @@ impl Processor for ExecutorProcessor {
             // Committed without the consumed offset: if we stop before the
             // backend answers, the record comes back and is sent again.
             step.remember(dedupe::key(&command.id), Marker::Started.encode());
-            self.publish(step, &command, CommandStatus::Accepted, None, 0, None)?;
+            if answer {
+                self.publish(step, &command, CommandStatus::Accepted, None, 0, None)?;
+            }
         }
         Ok(Applied::Act(command))
     }
 
     async fn act(&mut self, command: &Command) -> Done {
-        self.backend.act(command, &self.backoff).await
+        self.carrier.act(command).await
     }
 
-    /// The backend's answer, committed with the consumed offset.
+    /// The carrier's answer, committed with the consumed offset.
     fn finish(
         &mut self,
         command: Command,
@@ -167,6 +212,9 @@ impl Processor for ExecutorProcessor {
         };
         tracing::info!(command = %command.id, action = command.action.symbol(), ?status, reason = ?done.reason, "acted");
         step.remember(dedupe::key(&command.id), Marker::Finished(status).encode());
+        if self.carrier.part(&command) != Part::Answer {
+            return Ok(());
+        }
         self.publish(
             step,
             &command,
@@ -182,7 +230,7 @@ impl Processor for ExecutorProcessor {
     }
 }
 
-impl ExecutorProcessor {
+impl<C: Carrier> CommandProcessor<C> {
     /// Queues the result of `command`. It carries this executor's cluster
     /// and is keyed by it, whatever the command claims, so a record that is
     /// not ours never reaches another cluster's planner.
@@ -204,6 +252,7 @@ impl ExecutorProcessor {
             &self.name,
         );
         result.cluster = self.gate.cluster().to_string();
+        result.node = self.carrier.node().map(str::to_string);
         metrics::counter!(
             "unicron_executor_commands_total",
             "action" => command.action.symbol(),

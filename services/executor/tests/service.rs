@@ -204,6 +204,7 @@ impl Harness {
             causation: vec![],
             key_id: String::new(),
             signature: vec![],
+            rendezvous: None,
         };
         signer().sign(&mut command);
         command

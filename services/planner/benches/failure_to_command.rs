@@ -22,6 +22,8 @@ fn cluster_event(
         gpus: Some(8),
         job_id: job.as_ref().map(|_| "gpt".to_string()),
         job,
+        address: None,
+        launch: None,
     }
 }
 

@@ -59,6 +59,8 @@ impl Harness {
                 gpus: Some(8),
                 job_id: None,
                 job: None,
+                address: None,
+                launch: None,
             })
             .await;
         }
@@ -88,6 +90,8 @@ impl Harness {
                     },
                 ],
             }),
+            address: None,
+            launch: None,
         })
         .await;
     }
@@ -207,6 +211,8 @@ async fn garbage_input_is_dead_lettered_and_processing_goes_on() {
         gpus: None,
         job_id: None,
         job: None,
+        address: None,
+        launch: None,
     })
     .await;
     h.setup_cluster("c1").await;

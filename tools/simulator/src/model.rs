@@ -255,6 +255,8 @@ impl Sim {
                 gpus: Some(self.config.gpus_per_node as i32),
                 job_id: None,
                 job: None,
+                address: None,
+                launch: None,
             }));
         }
         for (id, job) in &self.jobs {
@@ -271,6 +273,8 @@ impl Sim {
                     self.config.gpus_per_node,
                     self.config.checkpoint_interval_s,
                 )),
+                address: None,
+                launch: None,
             }));
         }
     }
@@ -324,6 +328,8 @@ impl Sim {
                     gpus: Some(self.config.gpus_per_node as i32),
                     job_id: None,
                     job: None,
+                    address: None,
+                    launch: None,
                 }));
             }
         }
@@ -476,6 +482,7 @@ impl Sim {
             iteration: None,
             iteration_time_ms: None,
             idle_tick: false,
+            worker: None,
         })
     }
 
@@ -515,6 +522,7 @@ impl Sim {
                         iteration: Some(job.iteration as i64),
                         iteration_time_ms: Some(iteration_s * 1000.0 * jitter),
                         idle_tick: false,
+                        worker: None,
                     }));
                 }
                 if job.iteration % self.config.log_every_iterations == 0 {
@@ -583,6 +591,7 @@ impl Sim {
                     iteration: None,
                     iteration_time_ms: None,
                     idle_tick: false,
+                    worker: None,
                 }));
             }
             if matches!(node.state, NodeState::Isolated { .. }) {

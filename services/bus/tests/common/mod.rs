@@ -78,6 +78,7 @@ pub fn agent(full: bool) -> AgentEvent {
         iteration: full.then_some(1200),
         iteration_time_ms: full.then_some(1534.25),
         idle_tick: false,
+        worker: None,
     }
 }
 
@@ -139,6 +140,8 @@ pub fn cluster(full: bool) -> ClusterEvent {
                 },
             ],
         }),
+        address: None,
+        launch: None,
     }
 }
 
@@ -202,6 +205,7 @@ pub fn command(full: bool) -> Command {
         },
         key_id: "dev".into(),
         signature: (0..64).collect(),
+        rendezvous: None,
     }
 }
 
@@ -218,6 +222,7 @@ pub fn result(full: bool) -> CommandResult {
         reason: full.then(|| "backend returned 503".into()),
         duration_ms: 870,
         executor: "executor-c1".into(),
+        node: None,
     }
 }
 

@@ -8,6 +8,7 @@ use super::progress::{IterationDone, ProgressSignal};
 use super::{ClusterView, DetectorInput, LogRules, Observation, Source, evidence};
 use crate::records::{
     AgentEvent, AgentEventKind, DetectionMethod, LogRecord, MetricSample, TelemetryBatch,
+    WorkerChange,
 };
 use crate::taxonomy::{FailureKind, Severity};
 
@@ -216,9 +217,16 @@ fn on_agent(
         }
         AgentEventKind::ProcessExit => {
             let code = event.exit_code.unwrap_or(0);
-            let clean_signal = event
-                .signal
-                .is_some_and(|s| config.clean_signals.contains(&s))
+            // The agent stopped it on a command: the command's cause was
+            // the failure, the stop is not another.
+            let stopped_by_agent = event
+                .worker
+                .as_ref()
+                .is_some_and(|w| w.change == WorkerChange::Stopped);
+            let clean_signal = stopped_by_agent
+                || event
+                    .signal
+                    .is_some_and(|s| config.clean_signals.contains(&s))
                 || config.clean_signals.iter().any(|s| code == 128 + s);
             if (code == 0 && event.signal.is_none()) || clean_signal {
                 if let Some(job) = &event.job {
@@ -295,7 +303,33 @@ fn on_agent(
                 })
                 .collect()
         }
-        AgentEventKind::Unknown => Vec::new(),
+        AgentEventKind::Unknown => match &event.worker {
+            // A stopped process (SIGSTOP, a debugger) makes no progress and
+            // its peers wait in the collective: a hang, visible at once.
+            Some(worker)
+                if worker.change == WorkerChange::State
+                    && worker.process_state.as_deref() == Some("stopped") =>
+            {
+                vec![Candidate {
+                    kind: FailureKind::TaskHang,
+                    severity: FailureKind::TaskHang.default_severity(),
+                    method: DetectionMethod::ProcessSupervision,
+                    rule: Some("process.stopped".into()),
+                    node: Some(event.node.clone()),
+                    gpu: None,
+                    job: event.job.clone(),
+                    rank: event.rank,
+                    time_ms: event.time_ms,
+                    evidence: vec![evidence(
+                        source,
+                        &event.node,
+                        &format!("worker pid {} is stopped (procfs state T)", worker.pid),
+                        config.excerpt_bytes,
+                    )],
+                }]
+            }
+            _ => Vec::new(),
+        },
     }
 }
 

@@ -21,7 +21,7 @@ pub use state::{ClusterState, Health, InFlight, Job, JobStatus, Node, Observed, 
 use crate::allocation::Profile;
 use crate::records::{
     ClusterEvent, ClusterEventKind, Command, CommandAction, CommandResult, CommandStatus, Decision,
-    FailureEvent, JobSpec, Severity, Trigger,
+    FailureEvent, JobSpec, Rendezvous, Severity, Trigger,
 };
 use crate::signing::CommandSigner;
 
@@ -143,7 +143,7 @@ impl Planner {
         let Planned {
             trigger_kind,
             ref_id,
-            plan,
+            mut plan,
             failure_id,
         } = match step {
             Ok(step) => step,
@@ -163,8 +163,26 @@ impl Planner {
             input.topic, input.partition, input.offset
         );
         let time_ms = input.event.time_ms();
+        if let Some(reason) = budget_spent(state, &plan, failure_id.is_some()) {
+            plan = policy::with_snapshot(&self.config, state, Vec::new(), reason);
+        }
         let mut commands = Vec::with_capacity(plan.actions.len());
+        let mut restarted = BTreeSet::new();
         for (index, action) in plan.actions.iter().enumerate() {
+            let (nodes, rendezvous) = rendezvous(state, action);
+            if rendezvous.is_some()
+                && failure_id.is_some()
+                && let Some(job) = &action.job
+                && restarted.insert(job.clone())
+                && let Some(j) = state.jobs.get_mut(job)
+            {
+                j.restarts += 1;
+            }
+            let awaiting = if rendezvous.is_some() {
+                nodes.iter().cloned().collect()
+            } else {
+                BTreeSet::new()
+            };
             let mut command = Command {
                 id: format!(
                     "c:{cluster}:{}:{}:{}:{index}",
@@ -175,7 +193,7 @@ impl Planner {
                 time_ms,
                 action: action.action,
                 job: action.job.clone(),
-                nodes: action.nodes.clone(),
+                nodes,
                 restore_from: action.restore_from.clone(),
                 causation: failure_id
                     .iter()
@@ -187,6 +205,7 @@ impl Planner {
                     .collect(),
                 key_id: String::new(),
                 signature: Vec::new(),
+                rendezvous,
             };
             self.signer.sign(&mut command);
             state.in_flight.insert(
@@ -198,6 +217,7 @@ impl Planner {
                     severity: action.severity,
                     failure_id: failure_id.clone(),
                     issued_ms: time_ms,
+                    awaiting,
                 },
             );
             commands.push(command);
@@ -227,6 +247,81 @@ impl Planner {
         outputs.extend(commands.into_iter().map(Output::Command));
         outputs
     }
+}
+
+/// Actions that start a job's workers; for agent-launched jobs they carry a
+/// rendezvous.
+fn starts_workers(action: CommandAction) -> bool {
+    matches!(
+        action,
+        CommandAction::Reattempt
+            | CommandAction::Restart
+            | CommandAction::Reconfigure
+            | CommandAction::Resume
+    )
+}
+
+/// The node list and rendezvous of a command for `action`. A start of an
+/// agent-launched job names every node of the job in rank order (restart
+/// and reattempt keep its current nodes) and bumps the job's generation;
+/// anything else keeps the action's nodes and carries none.
+fn rendezvous(state: &mut ClusterState, action: &Action) -> (Vec<String>, Option<Rendezvous>) {
+    let plain = (action.nodes.clone(), None);
+    if !starts_workers(action.action) {
+        return plain;
+    }
+    let Some(job) = action.job.as_deref().and_then(|j| state.jobs.get(j)) else {
+        return plain;
+    };
+    let Some(launch) = job.launch else {
+        return plain;
+    };
+    let nodes = if action.nodes.is_empty() {
+        job.nodes.clone()
+    } else {
+        action.nodes.clone()
+    };
+    let Some(first) = nodes.first() else {
+        return plain;
+    };
+    let master_addr = state
+        .nodes
+        .get(first)
+        .and_then(|n| n.address.clone())
+        .unwrap_or_else(|| first.clone());
+    let job = state
+        .jobs
+        .get_mut(action.job.as_deref().expect("looked up above"))
+        .expect("looked up above");
+    job.generation += 1;
+    let port = i64::from(launch.master_port_base) + job.generation % 1000;
+    let rendezvous = Rendezvous {
+        generation: job.generation,
+        master_addr,
+        master_port: i32::try_from(port).unwrap_or(i32::MAX),
+    };
+    (nodes, Some(rendezvous))
+}
+
+/// Why a failure's plan may not restart an agent-launched job: its restart
+/// budget is spent. Counted per job, whichever nodes it runs on.
+fn budget_spent(state: &ClusterState, plan: &Plan, after_failure: bool) -> Option<String> {
+    if !after_failure {
+        return None;
+    }
+    plan.actions
+        .iter()
+        .filter(|a| starts_workers(a.action))
+        .filter_map(|a| Some((a.job.as_deref()?, state.jobs.get(a.job.as_deref()?)?)))
+        .find_map(|(id, job)| {
+            let budget = job.launch?.restart_budget?;
+            (job.restarts >= i64::from(budget)).then(|| {
+                format!(
+                    "job {id} has used its restart budget of {budget}; needs an operator (planned: {})",
+                    plan.reason
+                )
+            })
+        })
 }
 
 /// What an input leads to, before it becomes a decision and commands.
@@ -323,6 +418,7 @@ fn on_failure(
             gpus: config.node_gpus,
             health: Health::Healthy,
             failures: Vec::new(),
+            address: None,
         });
         push_bounded(&mut n.failures, now);
         if n.health == Health::Healthy && severity != Severity::Sev1 {
@@ -410,7 +506,10 @@ fn on_cluster_event(
                 .ok_or_else(|| format!("{:?} without job spec", e.kind))?;
             validate_spec(&spec).map_err(|reason| format!("job {id}: {reason}"))?;
             match state.jobs.get_mut(&id) {
-                Some(job) => job.spec = spec,
+                Some(job) => {
+                    job.spec = spec;
+                    job.launch = e.launch;
+                }
                 None => {
                     state.jobs.insert(
                         id.clone(),
@@ -419,6 +518,9 @@ fn on_cluster_event(
                             status: JobStatus::Pending,
                             nodes: Vec::new(),
                             peak_gpus: 0,
+                            launch: e.launch,
+                            generation: 0,
+                            restarts: 0,
                         },
                     );
                 }
@@ -440,8 +542,12 @@ fn on_cluster_event(
                 gpus,
                 health: Health::Healthy,
                 failures: Vec::new(),
+                address: None,
             });
             node.health = Health::Healthy;
+            if e.address.is_some() {
+                node.address = e.address.clone();
+            }
             if e.gpus.is_some() {
                 node.gpus = gpus;
             }
@@ -485,6 +591,42 @@ fn on_result(
             failure_id: None,
         });
     };
+    // An agent answers for its own node: the command is done when every
+    // node it names has succeeded.
+    let from_node = r.node.as_deref().filter(|_| !flight.awaiting.is_empty());
+    if let Some(node) = from_node
+        && r.status == CommandStatus::Succeeded
+    {
+        let flight = state
+            .in_flight
+            .get_mut(&r.command_id)
+            .expect("looked up above");
+        if !flight.awaiting.remove(node) {
+            let plan = no_change(
+                state,
+                format!("result from node {node}, which the command does not name or has answered"),
+            );
+            return Ok(Planned {
+                trigger_kind: "command_result",
+                ref_id: r.command_id.clone(),
+                plan,
+                failure_id: None,
+            });
+        }
+        if !flight.awaiting.is_empty() {
+            let (action, left) = (flight.action, flight.awaiting.len());
+            let plan = no_change(
+                state,
+                format!("{action:?} done on {node}; {left} more nodes to answer"),
+            );
+            return Ok(Planned {
+                trigger_kind: "command_result",
+                ref_id: r.command_id.clone(),
+                plan,
+                failure_id: None,
+            });
+        }
+    }
     let plan = match r.status {
         CommandStatus::Accepted | CommandStatus::Unknown => {
             no_change(state, format!("{:?} acknowledged", flight.action))

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::records::{CommandAction, FailureKind, JobSpec, Severity};
+use std::collections::BTreeSet;
+
+use crate::records::{AgentLaunch, CommandAction, FailureKind, JobSpec, Severity};
 
 /// A node's health as the planner tracks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -33,6 +35,9 @@ pub struct Node {
     pub health: Health,
     /// Event times of the failures seen on this node, newest last (bounded).
     pub failures: Vec<i64>,
+    /// Where other nodes reach it, as its agent announced (master address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -53,6 +58,22 @@ pub struct Job {
     pub nodes: Vec<String>,
     /// Largest size it ran at; elastic policies regrow towards it.
     pub peak_gpus: u32,
+    /// Set when unicron agents start its workers: start commands then
+    /// carry a rendezvous. Fields of agent-launched jobs are left out of
+    /// the serialised state when unset, so the state (and every decision's
+    /// digest) of other jobs is what it was before they existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<AgentLaunch>,
+    /// Starts handed out so far: the rendezvous generation.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: i64,
+    /// Starts after failures so far, against `launch.restart_budget`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 impl Job {
@@ -76,6 +97,10 @@ pub struct InFlight {
     pub severity: Severity,
     pub failure_id: Option<String>,
     pub issued_ms: i64,
+    /// Nodes whose agents have still to answer; the command is done when
+    /// all have succeeded. Empty: the first final result decides.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub awaiting: BTreeSet<String>,
 }
 
 /// One recent fault, for repeat detection.

@@ -46,6 +46,8 @@ impl Feed {
                 gpus: Some(8),
                 job_id: None,
                 job: None,
+                address: None,
+                launch: None,
             }),
         )
     }
@@ -81,6 +83,8 @@ impl Feed {
                         .map(|&(gpus, flops)| ThroughputPoint { gpus, flops })
                         .collect(),
                 }),
+                address: None,
+                launch: None,
             }),
         )
     }
@@ -120,6 +124,7 @@ impl Feed {
                 reason: (status == CommandStatus::Failed).then(|| "backend said no".into()),
                 duration_ms: 4000,
                 executor: "e1".into(),
+                node: None,
             }),
         )
     }

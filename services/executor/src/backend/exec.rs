@@ -169,6 +169,7 @@ mod tests {
             causation: vec![],
             key_id: "k".into(),
             signature: vec![],
+            rendezvous: None,
         }
     }
 
