@@ -51,6 +51,19 @@ impl Rejection {
     }
 }
 
+/// How a carrier takes part in one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// Act and publish results (the command names this carrier's node, or
+    /// the carrier serves the whole cluster).
+    Answer,
+    /// Act, publish nothing: e.g. an agent whose node a re-plan took out of
+    /// its job stops the job's workers, but the command is not for it.
+    Silent,
+    /// Nothing to do with this carrier: skipped before the gate.
+    None,
+}
+
 /// The checks every command passes before an executor acts on it.
 #[derive(Debug, Clone)]
 pub struct Gate {

@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod allocation;
 pub mod detector;
 pub mod executor;

@@ -4,20 +4,9 @@ use std::future::Future;
 
 use unicron_core::Command;
 
-use crate::backend::Done;
+pub use unicron_core::executor::Part;
 
-/// How a carrier takes part in one command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Part {
-    /// Act and publish results (the command names this carrier's node, or
-    /// the carrier serves the whole cluster).
-    Answer,
-    /// Act, publish nothing: e.g. an agent whose node a re-plan took out of
-    /// its job stops the job's workers, but the command is not for it.
-    Silent,
-    /// Nothing to do with this carrier: skipped before the gate.
-    None,
-}
+use crate::backend::Done;
 
 /// Carries out commands that passed the gate.
 pub trait Carrier: Send {

@@ -40,6 +40,9 @@ pub enum Command {
     Detector,
     /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.cluster, .backend and .public_keys).
     Executor,
+    /// Run a node agent: start and supervise the node's share of a training job's workers
+    /// (torchrun's variables), report them, carry out the planner's commands for this node.
+    Agent(crate::agent::AgentArgs),
     /// Run the archiver against `kafka.brokers`: every topic to Avro files in `archiver.dir`.
     Archiver,
     #[cfg(feature = "simulator")]
@@ -220,6 +223,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Detector => crate::services::detector(&config).await,
         Command::Executor => crate::services::executor(&config).await,
         Command::Archiver => crate::services::archiver(&config).await,
+        Command::Agent(args) => crate::agent::run(&config, &args).await,
         #[cfg(feature = "simulator")]
         Command::Sim {
             duration,

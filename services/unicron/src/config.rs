@@ -45,6 +45,7 @@ pub struct Config {
     pub planner: PlannerSettings,
     pub detector: DetectorSettings,
     pub executor: ExecutorSettings,
+    pub agent: unicron_agent::AgentSettings,
     /// Only in a binary with the simulator; without it `[sim]` is an unknown section.
     #[cfg(feature = "simulator")]
     pub sim: SimConfig,

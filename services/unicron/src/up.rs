@@ -105,6 +105,21 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     }
     let public = hex::encode(signer.verifying_key().to_bytes());
     let key_id = signer.key_id.clone();
+    // What an agent needs to join this run: `unicron agent --brokers
+    // "$(cat RUN/brokers)" --planner-key RUN/planner.pub ...`.
+    for (name, text) in [
+        ("brokers", format!("{bootstrap}\n")),
+        ("planner.pub", format!("{key_id} {public}\n")),
+    ] {
+        let path = run_dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.no_sim {
+        println!(
+            "agents: --brokers {bootstrap} --planner-key {}",
+            run_dir.join("planner.pub").display()
+        );
+    }
     let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     stops.push(stop);

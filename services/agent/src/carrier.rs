@@ -1,0 +1,99 @@
+//! The agent as the carrier of the executor's command protocol: the gate,
+//! dedupe and results are the executor's; what a command does to this
+//! node's workers is `unicron_core::agent`'s decision.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::Mutex;
+use unicron_core::Command;
+use unicron_core::agent::{self, AgentStep};
+use unicron_executor::{Carrier, Done, Outcome, Part};
+
+use crate::settings::AgentSettings;
+use crate::supervisor::Supervisor;
+
+pub struct AgentCarrier {
+    settings: Arc<AgentSettings>,
+    supervisor: Arc<Mutex<Supervisor>>,
+    /// Commands issued this long before the agent started are history.
+    history_before_ms: i64,
+}
+
+impl AgentCarrier {
+    pub fn new(
+        settings: Arc<AgentSettings>,
+        supervisor: Arc<Mutex<Supervisor>>,
+        started_ms: i64,
+    ) -> AgentCarrier {
+        let ttl_ms = (settings.command_ttl_s * 1000.0) as i64;
+        AgentCarrier {
+            settings,
+            supervisor,
+            history_before_ms: started_ms - ttl_ms,
+        }
+    }
+
+    fn declared(&self) -> impl Fn(&str) -> bool + '_ {
+        |job| self.settings.job(job).is_some()
+    }
+}
+
+fn done(outcome: Outcome, reason: Option<String>, started: Instant) -> Done {
+    Done {
+        outcome,
+        reason,
+        duration_ms: started.elapsed().as_millis() as i64,
+        completed_ms: None,
+    }
+}
+
+impl Carrier for AgentCarrier {
+    fn part(&self, command: &Command) -> Part {
+        if self.settings.observe_only || command.time_ms < self.history_before_ms {
+            return Part::None;
+        }
+        agent::part(&self.settings.node, self.declared(), command)
+    }
+
+    async fn act(&mut self, command: &Command) -> Done {
+        let started = Instant::now();
+        let mut supervisor = self.supervisor.lock().await;
+        let step = agent::step(
+            &self.settings.node,
+            self.declared(),
+            supervisor.running_job(),
+            command,
+        );
+        // Stopped after a failure: its stack is what on-call asks first.
+        let stacks = !command.causation.is_empty();
+        tracing::info!(command = %command.id, action = command.action.symbol(), ?step, "carrying out");
+        match step {
+            AgentStep::Start(role) => {
+                supervisor.stop(None, &command.id, stacks).await;
+                match supervisor.start(&role, &command.id) {
+                    Ok(()) => done(Outcome::Succeeded, None, started),
+                    Err(reason) => done(Outcome::Failed, Some(reason), started),
+                }
+            }
+            AgentStep::Stop { job } => {
+                let stopped = supervisor.stop(job.as_deref(), &command.id, stacks).await;
+                done(
+                    Outcome::Succeeded,
+                    Some(format!("{stopped} workers stopped")),
+                    started,
+                )
+            }
+            AgentStep::Refuse(reason) => done(Outcome::Failed, Some(reason), started),
+            AgentStep::Nothing => done(
+                Outcome::Succeeded,
+                Some("nothing of it runs on this node".into()),
+                started,
+            ),
+        }
+    }
+
+    fn node(&self) -> Option<&str> {
+        Some(&self.settings.node)
+    }
+}

@@ -1,0 +1,157 @@
+//! unicron-agent: one per node. Runs the node's share of a training job's
+//! workers as torchrun would (same variables, so a torchrun script runs
+//! unchanged), reports what they do (heartbeats, every output line,
+//! progress, exits, process states, the kernel log), and carries out the
+//! planner's commands for its node through the executor's command protocol
+//! (gate, dedupe, results). The planner is the rendezvous: start commands
+//! name the nodes in rank order with a generation and master port.
+//! Operator docs: `docs/agent.md`.
+
+mod carrier;
+mod error;
+mod kernel_log;
+mod output;
+mod procfs;
+mod progress;
+mod report;
+mod settings;
+mod supervisor;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use unicron_bus::{KafkaConfig, Producer, Subscription, Topic};
+use unicron_executor::{CommandProcessor, ExecutorSettings};
+use unicron_runtime::{Durability, RuntimeOptions, StartFrom};
+
+pub use error::AgentError;
+pub use progress::ProgressPatterns;
+pub use settings::{AgentSettings, JobSettings};
+
+use crate::carrier::AgentCarrier;
+use crate::report::{Reporter, now_ms, send_all};
+use crate::supervisor::Supervisor;
+
+const SERVICE: &str = "agent";
+/// How often worker process states are read.
+const STATE_POLL: Duration = Duration::from_millis(250);
+
+/// Runs the agent until `shutdown` completes; its workers are stopped
+/// before it returns.
+pub async fn run(
+    kafka: &KafkaConfig,
+    brokers: &str,
+    settings: AgentSettings,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
+    settings.validate()?;
+    if settings.public_keys.is_empty() && !settings.observe_only {
+        return Err(AgentError::Config(
+            "agent.public_keys: at least one planner key is needed to act (--planner-key FILE), or observe_only".into(),
+        ));
+    }
+    let gate = ExecutorSettings {
+        cluster: settings.cluster.clone(),
+        public_keys: settings.public_keys.clone(),
+        command_ttl_s: settings.command_ttl_s,
+        ..ExecutorSettings::default()
+    }
+    .gate()
+    .map_err(|e| AgentError::Config(e.to_string().replace("executor.", "agent.")))?;
+    let settings = Arc::new(settings);
+    let started_ms = now_ms();
+
+    let fenced = supervisor::fence(&settings.fence_tag());
+    if fenced > 0 {
+        tracing::warn!(
+            fenced,
+            "killed workers left behind by an earlier agent on this node"
+        );
+    }
+    let (reporter, queue) = Reporter::new(&settings);
+    let producer = Arc::new(Producer::new(kafka, brokers)?);
+    let sender = tokio::spawn({
+        let (kafka, producer) = (kafka.clone(), producer.clone());
+        async move { send_all(&kafka, producer, queue).await }
+    });
+    if fenced > 0 {
+        reporter.log(
+            "agent",
+            None,
+            None,
+            format!("unicron-agent: killed {fenced} processes left behind by an earlier agent on this node"),
+            Default::default(),
+        );
+    }
+    reporter.announce(&settings);
+    if let Some(path) = &settings.kernel_log {
+        kernel_log::spawn(path.clone(), reporter.clone());
+    }
+    let supervisor = Arc::new(Mutex::new(Supervisor::new(
+        settings.clone(),
+        reporter.clone(),
+    )));
+    let beats = tokio::spawn(heartbeats(
+        settings.clone(),
+        reporter.clone(),
+        supervisor.clone(),
+    ));
+
+    let options = RuntimeOptions {
+        service: SERVICE,
+        group_id: settings.group(),
+        subscriptions: vec![Subscription::Topic(Topic::Commands)],
+        durability: Durability::Store {
+            state_dir: settings.state_dir.clone(),
+            sync: false,
+            start: StartFrom::StoredOffsets,
+        },
+    };
+    let carrier = AgentCarrier::new(settings.clone(), supervisor.clone(), started_ms);
+    let name = format!("agent/{}", settings.node);
+    let mut processor = CommandProcessor::new(kafka, gate, carrier, &name);
+    tracing::info!(cluster = %settings.cluster, node = %settings.node, jobs = settings.jobs.len(), observe_only = settings.observe_only, "agent starting");
+    let result = unicron_runtime::run(kafka, brokers, &options, &mut processor, shutdown).await;
+    beats.abort();
+    let stopped = supervisor
+        .lock()
+        .await
+        .stop(None, "agent-shutdown", false)
+        .await;
+    tracing::info!(stopped, dropped = reporter.dropped(), "agent stopped");
+    drop(processor);
+    drop(supervisor);
+    drop(reporter);
+    let _ = tokio::time::timeout(Duration::from_secs(5), sender).await;
+    result.map_err(AgentError::from)
+}
+
+/// Heartbeats every `heartbeat_interval_s`, and worker states every
+/// [`STATE_POLL`]. Heartbeats never wait for the supervisor, which may be
+/// busy stopping workers for a few seconds.
+async fn heartbeats(
+    settings: Arc<AgentSettings>,
+    reporter: Arc<Reporter>,
+    supervisor: Arc<Mutex<Supervisor>>,
+) {
+    let every = Duration::from_secs_f64(settings.heartbeat_interval_s);
+    let mut beat = tokio::time::interval(every);
+    let mut poll = tokio::time::interval(STATE_POLL);
+    let mut job: Option<String> = None;
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {
+                let event = reporter.event(unicron_core::AgentEventKind::Heartbeat, job.as_deref(), None);
+                reporter.send(report::Outgoing::Agent(event));
+            }
+            _ = poll.tick() => {
+                if let Ok(mut s) = supervisor.try_lock() {
+                    s.poll_states();
+                    job = s.running_job().map(str::to_string);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! What a node agent does with a verified command, with no I/O: whether it
+//! takes part ([`part`]) and what happens to its node's workers ([`step`]).
+//! The rendezvous comes from the command alone: node rank is the node's
+//! place in `nodes`, the master is the first node, so no agent hosts a
+//! store the job depends on.
+
+use crate::executor::Part;
+use crate::records::{Command, CommandAction};
+
+/// Where this node's workers meet the others, from a start command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Role {
+    pub job: String,
+    /// This node's rank among the job's nodes (torchrun's GROUP_RANK).
+    pub node_rank: u32,
+    pub nodes: u32,
+    pub generation: i64,
+    pub master_addr: String,
+    pub master_port: u16,
+    /// `replica:<node>` or `checkpoint`; `None` for a first start.
+    pub restore_from: Option<String>,
+}
+
+/// What the agent does to its node's workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentStep {
+    /// Stop whatever runs here, then start the job's workers as `Role`.
+    Start(Role),
+    /// Stop the workers of `job`, or all of them (`None`); start nothing.
+    Stop { job: Option<String> },
+    /// The command names this node for a job it cannot run.
+    Refuse(String),
+    /// Nothing to do here.
+    Nothing,
+}
+
+/// Whether an agent on `node`, which may run the jobs `declared` says
+/// yes to, takes part in `command`. Decided from the command and the
+/// agent's configuration only, so the answer is the same before and after
+/// it acts. Only a node a command names answers; an agent that must stop a
+/// job's workers because a re-plan dropped its node acts silently.
+pub fn part(node: &str, declared: impl Fn(&str) -> bool, command: &Command) -> Part {
+    let named = command.nodes.iter().any(|n| n == node);
+    let local_job = command.job.as_deref().is_some_and(&declared);
+    match command.action {
+        CommandAction::IsolateNode if named => Part::Answer,
+        CommandAction::IsolateNode => Part::None,
+        // A pause names no node: every agent that may run the job stops it
+        // if it runs here, and says so (the first answer is final).
+        CommandAction::Pause if local_job => Part::Answer,
+        CommandAction::Pause => Part::None,
+        CommandAction::Reattempt
+        | CommandAction::Restart
+        | CommandAction::Reconfigure
+        | CommandAction::Resume => match (&command.rendezvous, named, local_job) {
+            // Not an agent-launched job: an executor's backend handles it.
+            (None, _, _) => Part::None,
+            (Some(_), true, _) => Part::Answer,
+            (Some(_), false, true) => Part::Silent,
+            (Some(_), false, false) => Part::None,
+        },
+        CommandAction::Unknown => {
+            if named {
+                Part::Answer
+            } else {
+                Part::None
+            }
+        }
+    }
+}
+
+/// What `command` (verified, and one this agent takes part in) does to the
+/// workers of `node`, which runs `running` (a job id) or nothing.
+pub fn step(
+    node: &str,
+    declared: impl Fn(&str) -> bool,
+    running: Option<&str>,
+    command: &Command,
+) -> AgentStep {
+    let job = command.job.as_deref();
+    match command.action {
+        CommandAction::IsolateNode => AgentStep::Stop { job: None },
+        CommandAction::Pause => match (job, running) {
+            (Some(j), Some(r)) if j == r => AgentStep::Stop {
+                job: Some(j.to_string()),
+            },
+            _ => AgentStep::Nothing,
+        },
+        CommandAction::Reattempt
+        | CommandAction::Restart
+        | CommandAction::Reconfigure
+        | CommandAction::Resume => {
+            let (Some(job), Some(rendezvous)) = (job, &command.rendezvous) else {
+                return AgentStep::Nothing;
+            };
+            let Some(rank) = command.nodes.iter().position(|n| n == node) else {
+                // Dropped from the job by a re-plan: stop it if it runs here.
+                return if running == Some(job) {
+                    AgentStep::Stop {
+                        job: Some(job.to_string()),
+                    }
+                } else {
+                    AgentStep::Nothing
+                };
+            };
+            if !declared(job) {
+                return AgentStep::Refuse(format!(
+                    "job {job} is not in this agent's configuration; an agent runs only the command lines it was given"
+                ));
+            }
+            let Ok(master_port) = u16::try_from(rendezvous.master_port) else {
+                return AgentStep::Refuse(format!(
+                    "master port {} is not a TCP port",
+                    rendezvous.master_port
+                ));
+            };
+            AgentStep::Start(Role {
+                job: job.to_string(),
+                node_rank: rank as u32,
+                nodes: command.nodes.len() as u32,
+                generation: rendezvous.generation,
+                master_addr: rendezvous.master_addr.clone(),
+                master_port,
+                restore_from: command.restore_from.clone(),
+            })
+        }
+        CommandAction::Unknown => AgentStep::Nothing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::Rendezvous;
+
+    fn command(action: CommandAction, job: Option<&str>, nodes: &[&str], rdv: bool) -> Command {
+        Command {
+            id: "c1".into(),
+            cluster: "c".into(),
+            decision_id: "d1".into(),
+            time_ms: 0,
+            action,
+            job: job.map(str::to_string),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            restore_from: Some("checkpoint".into()),
+            causation: Vec::new(),
+            key_id: String::new(),
+            signature: Vec::new(),
+            rendezvous: rdv.then(|| Rendezvous {
+                generation: 3,
+                master_addr: "10.0.0.2".into(),
+                master_port: 29503,
+            }),
+        }
+    }
+
+    fn both(_: &str) -> bool {
+        true
+    }
+
+    #[test]
+    fn named_nodes_start_with_their_rank_and_others_stop_silently() {
+        let c = command(CommandAction::Reconfigure, Some("a"), &["n2", "n4"], true);
+        assert_eq!(part("n4", both, &c), Part::Answer);
+        let AgentStep::Start(role) = step("n4", both, Some("b"), &c) else {
+            panic!("n4 is named")
+        };
+        assert_eq!((role.node_rank, role.nodes, role.generation), (1, 2, 3));
+        assert_eq!(
+            (role.master_addr.as_str(), role.master_port),
+            ("10.0.0.2", 29503)
+        );
+        assert_eq!(part("n1", both, &c), Part::Silent);
+        assert_eq!(
+            step("n1", both, Some("a"), &c),
+            AgentStep::Stop {
+                job: Some("a".into())
+            }
+        );
+        assert_eq!(step("n1", both, Some("b"), &c), AgentStep::Nothing);
+        assert_eq!(part("n1", |j| j == "b", &c), Part::None);
+    }
+
+    #[test]
+    fn a_job_not_configured_here_is_refused_and_commands_without_rendezvous_ignored() {
+        let c = command(CommandAction::Restart, Some("a"), &["n1"], true);
+        assert!(matches!(
+            step("n1", |_| false, None, &c),
+            AgentStep::Refuse(_)
+        ));
+        let plain = command(CommandAction::Restart, Some("a"), &["n1"], false);
+        assert_eq!(part("n1", both, &plain), Part::None);
+    }
+
+    #[test]
+    fn isolation_stops_everything_on_the_named_node_only() {
+        let c = command(CommandAction::IsolateNode, None, &["n3"], false);
+        assert_eq!(part("n3", both, &c), Part::Answer);
+        assert_eq!(part("n2", both, &c), Part::None);
+        assert_eq!(
+            step("n3", both, Some("a"), &c),
+            AgentStep::Stop { job: None }
+        );
+    }
+}

@@ -1,0 +1,185 @@
+//! `unicron agent`: one per node. The command line shapes one job (its
+//! program after `--`); a config file's `[agent]` section may declare more
+//! (`[[agent.jobs]]`), so a re-plan can move this node between jobs.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use unicron_agent::{AgentSettings, JobSettings};
+
+use crate::cli::UsageError;
+use crate::config::Config;
+use crate::services::Stop;
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Bootstrap servers; default kafka.brokers (e.g. the `brokers` file of an `unicron up --no-sim` run).
+    #[arg(long)]
+    brokers: Option<String>,
+    /// Planner public key file: `KEY_ID HEX` (or only HEX, key id `dev`), as `unicron up` writes to planner.pub.
+    #[arg(long, value_name = "FILE")]
+    planner_key: Option<PathBuf>,
+    #[arg(long)]
+    cluster: Option<String>,
+    /// This node's name.
+    #[arg(long)]
+    node: Option<String>,
+    /// Where other nodes reach this one (MASTER_ADDR when it has rank 0); default the node name.
+    #[arg(long)]
+    address: Option<String>,
+    /// The job the program after `--` belongs to.
+    #[arg(long)]
+    job: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    nproc_per_node: u32,
+    #[arg(long, default_value_t = 1)]
+    min_nodes: u32,
+    /// Default: --min-nodes.
+    #[arg(long)]
+    max_nodes: Option<u32>,
+    /// Priority weight of the job in the planner's objective.
+    #[arg(long, default_value_t = 1.0)]
+    weight: f64,
+    #[arg(long, value_name = "DIR")]
+    workdir: Option<PathBuf>,
+    /// Progress regex with a named group `iteration` (and optionally `ms`); repeatable.
+    #[arg(long, value_name = "REGEX")]
+    progress_pattern: Vec<String>,
+    /// Base of the job's master ports.
+    #[arg(long, default_value_t = 29500)]
+    master_port: u16,
+    /// Restarts after failures the job may have in all.
+    #[arg(long)]
+    restart_budget: Option<u32>,
+    /// Kernel log to follow: /dev/kmsg or a file.
+    #[arg(long, value_name = "PATH")]
+    kernel_log: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Detect and report; act on no command.
+    #[arg(long)]
+    observe_only: bool,
+    /// Seconds between SIGTERM and SIGKILL when stopping workers.
+    #[arg(long, value_name = "SECONDS")]
+    stop_grace_s: Option<f64>,
+    /// The job's program and arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// The `[agent]` settings with the command line's overrides.
+fn settings(config: &Config, args: &AgentArgs) -> anyhow::Result<AgentSettings> {
+    let mut s = config.agent.clone();
+    let set = |target: &mut String, value: &Option<String>| {
+        if let Some(v) = value {
+            *target = v.clone();
+        }
+    };
+    set(&mut s.cluster, &args.cluster);
+    set(&mut s.node, &args.node);
+    if args.address.is_some() {
+        s.address = args.address.clone();
+    }
+    if let Some(path) = &args.planner_key {
+        let (id, key) = read_key(path)?;
+        s.public_keys.insert(id, key);
+    }
+    if let Some(path) = &args.kernel_log {
+        s.kernel_log = Some(path.clone());
+    }
+    if let Some(dir) = &args.state_dir {
+        s.state_dir = dir.clone();
+    } else if s.state_dir == AgentSettings::default().state_dir && !s.node.is_empty() {
+        s.state_dir = PathBuf::from(format!("unicron-agent-{}", s.node));
+    }
+    if let Some(grace) = args.stop_grace_s {
+        s.stop_grace_s = grace;
+    }
+    s.observe_only |= args.observe_only;
+    match (&args.job, args.command.is_empty()) {
+        (Some(id), false) => {
+            s.jobs.retain(|j| &j.id != id);
+            s.jobs.push(JobSettings {
+                id: id.clone(),
+                command: args.command.clone(),
+                nproc_per_node: args.nproc_per_node,
+                min_nodes: args.min_nodes,
+                max_nodes: args.max_nodes.unwrap_or(args.min_nodes),
+                weight: args.weight,
+                progress_patterns: args.progress_pattern.clone(),
+                workdir: args.workdir.clone(),
+                master_port_base: args.master_port,
+                restart_budget: args.restart_budget,
+                ..JobSettings::default()
+            });
+        }
+        (Some(_), true) => {
+            return Err(UsageError("--job: give the job's program after `--`".into()).into());
+        }
+        (None, false) => {
+            return Err(UsageError("--job: required with a program after `--`".into()).into());
+        }
+        (None, true) => {}
+    }
+    s.validate()
+        .map_err(|e| UsageError(format!("config: {e}")))?;
+    Ok(s)
+}
+
+/// A key file: `KEY_ID HEX`, or `HEX` for the key id `dev`.
+fn read_key(path: &Path) -> anyhow::Result<(String, String)> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("--planner-key {}: {e}", path.display())))?;
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.as_slice() {
+        [key] => Ok(("dev".into(), key.to_string())),
+        [id, key] => Ok((id.to_string(), key.to_string())),
+        _ => Err(UsageError(format!(
+            "--planner-key {}: expected `KEY_ID HEX` or `HEX`",
+            path.display()
+        ))
+        .into()),
+    }
+}
+
+pub async fn run(config: &Config, args: &AgentArgs) -> anyhow::Result<()> {
+    let mut stop = Stop::listen()?;
+    let settings = settings(config, args)?;
+    let Some(brokers) = args
+        .brokers
+        .clone()
+        .or_else(|| config.kafka.brokers.clone())
+    else {
+        return Err(UsageError(
+            "--brokers: required (or kafka.brokers); `unicron up --no-sim` writes its broker address to brokers in its run directory".into(),
+        )
+        .into());
+    };
+    println!(
+        "agent: node {} of cluster {}, jobs {}, on {brokers}{}",
+        settings.node,
+        settings.cluster,
+        settings
+            .jobs
+            .iter()
+            .map(|j| j.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if settings.observe_only {
+            " (observe only)"
+        } else {
+            ""
+        }
+    );
+    let _metrics = crate::services::serve_metrics(config, false).await?;
+    unicron_agent::run(&config.kafka, &brokers, settings, async {
+        stop.wait().await;
+    })
+    .await
+    .map_err(|e| match e {
+        unicron_agent::AgentError::Config(text) => UsageError(format!("config: {text}")).into(),
+        other => anyhow::Error::new(other),
+    })
+    .context("agent")
+}
