@@ -92,6 +92,9 @@ def parse_args(argv=None):
     p.add_argument("--fail-at-step", type=int, default=None,
                    help="raise a fake CUDA illegal-memory-access error at this iteration")
     p.add_argument("--fail-rank", type=int, default=0, help="rank that fails")
+    p.add_argument("--fail-file", default=None,
+                   help="raise the injected error on the step after this file appears "
+                        "(any rank that sees it; the file is removed, so it fires once)")
     p.add_argument("--fail-generation", type=int, default=1,
                    help="fail only when $UNICRON_GENERATION (default 1) equals this")
     args = p.parse_args(argv)
@@ -382,6 +385,13 @@ def main(argv=None):
                 loss = ddp(x, y)
                 if fail_here and step == args.fail_at_step:
                     raise RuntimeError(INJECTED_FAILURE)
+                if args.fail_file and os.path.exists(args.fail_file):
+                    try:
+                        os.remove(args.fail_file)
+                    except FileNotFoundError:
+                        pass  # another rank took it
+                    else:
+                        raise RuntimeError(INJECTED_FAILURE)
                 (loss * loss_scale).backward()
             local_loss += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)

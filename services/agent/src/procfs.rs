@@ -50,7 +50,8 @@ mod tests {
     #[test]
     fn this_process_is_running_and_found_by_its_environment() {
         let me = std::process::id() as i32;
-        assert_eq!(state(me), Some("running"));
+        // The main thread waits for the test threads.
+        assert!(matches!(state(me), Some("running" | "sleeping")));
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .env("UNICRON_TEST_MARK", "procfs-1")

@@ -36,7 +36,7 @@ pub struct DetectorConfig {
     pub escalation_repeats: usize,
     pub escalation_window_s: f64,
     /// Iteration longer than `hang_factor` × the job's mean, or no progress
-    /// for that long: `task_hang`.
+    /// for that long (either at least `hang_min_stall_s`): `task_hang`.
     pub hang_factor: f64,
     /// Iterations a job needs before hang detection trusts its mean.
     pub hang_min_iterations: u64,

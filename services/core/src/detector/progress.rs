@@ -117,7 +117,10 @@ impl JobProgress {
         let Some(time_ms) = time_ms else {
             return signals;
         };
-        if self.stats.count >= min_iterations && time_ms > hang_factor * self.stats.mean {
+        // A slow iteration is a hang only past the minimum stall too: a
+        // 30-ms step that took 100 ms on a busy machine is noise.
+        let slow_ms = (hang_factor * self.stats.mean).max(config.hang_min_stall_s * 1000.0);
+        if self.stats.count >= min_iterations && time_ms > slow_ms {
             signals.push(ProgressSignal::SlowIteration {
                 time_ms,
                 mean_ms: self.stats.mean,

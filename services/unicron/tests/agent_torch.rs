@@ -1,0 +1,425 @@
+//! Real PyTorch under `unicron agent`: four agents on this machine, each
+//! one node with one worker, run two jobs of different weight on two nodes
+//! each (Debian's python3-torch, gloo), with `unicron up --no-sim` as
+//! broker, detector and planner. Four faults, one at a time, each exactly
+//! one failure and one decision: a worker killed, a worker stopped, a whole
+//! node killed (the re-plan moves a node from the lighter job to the
+//! heavier one), an exception in the training step. Both jobs finish, with
+//! the loss of an uninterrupted run, and replay finds no divergence.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Running;
+use unicron_bus::schemas::AvroRecord;
+use unicron_bus::{AvroCodec, KafkaConfig};
+use unicron_core::{
+    AgentEvent, AgentEventKind, Command as Cmd, CommandAction, FailureEvent, FailureKind,
+};
+
+const PYTHON: &str = "/usr/bin/python3";
+const STEPS: u32 = 500;
+const CHECKPOINT_EVERY: u32 = 20;
+const CLUSTER: &str = "torch";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn train_args(dir: &Path, job: &str) -> Vec<String> {
+    [
+        repo()
+            .join("examples/torch-gpt/train.py")
+            .display()
+            .to_string(),
+        "--steps".into(),
+        STEPS.to_string(),
+        "--checkpoint-every".into(),
+        CHECKPOINT_EVERY.to_string(),
+        "--checkpoint-dir".into(),
+        dir.join(format!("ck-{job}")).display().to_string(),
+        "--step-sleep".into(),
+        "0.08".into(),
+        "--fail-file".into(),
+        dir.join(format!("fail-{job}")).display().to_string(),
+    ]
+    .into()
+}
+
+fn read<T: AvroRecord>(brokers: &str, topic: &str) -> Vec<T> {
+    let codec = AvroCodec::<T>::default();
+    unicron_bus::history::read_topic(&KafkaConfig::default(), brokers, topic)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| codec.decode(&r.payload).ok())
+        .collect()
+}
+
+fn failures(brokers: &str) -> Vec<FailureEvent> {
+    read(brokers, "unicron.failures")
+}
+
+fn commands(brokers: &str) -> Vec<Cmd> {
+    read(brokers, "unicron.commands")
+}
+
+/// Newest iteration each job reported after `since_ms`.
+fn progress(brokers: &str, since_ms: i64) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for e in read::<AgentEvent>(brokers, "unicron.agent") {
+        if e.kind == AgentEventKind::IterationDone
+            && e.time_ms > since_ms
+            && let (Some(job), Some(i)) = (e.job, e.iteration)
+        {
+            let best = out.entry(job).or_insert(i);
+            *best = (*best).max(i);
+        }
+    }
+    out
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < within, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The job and worker pid an agent started last, from its log.
+fn worker_of(dir: &Path, node: &str) -> Option<(String, i32)> {
+    let log = std::fs::read_to_string(dir.join(format!("{node}.err"))).ok()?;
+    let line = log.lines().rev().find(|l| l.contains("worker started"))?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .map(|v| v.trim_matches('"').to_string())
+    };
+    Some((field("job")?, field("pid")?.parse().ok()?))
+}
+
+/// The nodes of the newest start command of each job.
+fn placement(brokers: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for c in commands(brokers) {
+        if c.rendezvous.is_some()
+            && let Some(job) = c.job
+        {
+            out.insert(job, c.nodes);
+        }
+    }
+    out
+}
+
+fn signal(pid: i32, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// Waits for the one failure a fault causes, then for quiet, and checks
+/// that exactly one failure arrived and what the planner did about it.
+fn one_failure(brokers: &str, before: usize, kinds: &[FailureKind]) -> (FailureEvent, Vec<Cmd>) {
+    let failure = wait_for("the fault's failure", Duration::from_secs(30), || {
+        failures(brokers).get(before).cloned()
+    });
+    // Symptoms of the same fault (the peers' connection resets) arrive
+    // within the correlation window; give them time to show up as extra.
+    std::thread::sleep(Duration::from_secs(8));
+    let all = failures(brokers);
+    assert_eq!(
+        all.len(),
+        before + 1,
+        "one fault, one failure: {:#?}",
+        &all[before..]
+    );
+    assert!(
+        kinds.contains(&failure.kind),
+        "detected {:?}, expected one of {kinds:?}: {failure:#?}",
+        failure.kind
+    );
+    let caused: Vec<Cmd> = commands(brokers)
+        .into_iter()
+        .filter(|c| c.causation.first() == Some(&failure.id))
+        .collect();
+    (failure, caused)
+}
+
+#[test]
+fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
+    let torch = Command::new(PYTHON)
+        .args([
+            "-c",
+            "import torch.distributed as d; assert d.is_gloo_available()",
+        ])
+        .status();
+    assert!(
+        torch.is_ok_and(|s| s.success()),
+        "Debian's python3-torch is needed (.ci/run installs it)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let exe = env!("CARGO_BIN_EXE_unicron");
+    let run = dir.join("run");
+    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+    let mut up = Running(
+        Command::new(exe)
+            .args([
+                "up",
+                "--no-sim",
+                "--no-status",
+                "--duration",
+                "900s",
+                "--archive",
+            ])
+            .arg(&run)
+            .current_dir(dir)
+            .env("UNICRON_METRICS__ENABLED", "false")
+            .stdin(Stdio::null())
+            .stdout(log("up.out"))
+            .stderr(log("up.err"))
+            .spawn()
+            .unwrap(),
+    );
+    let brokers = wait_for("the run's broker file", Duration::from_secs(60), || {
+        std::fs::read_to_string(run.join("brokers"))
+            .ok()
+            .filter(|b| b.ends_with('\n'))
+            .map(|b| b.trim().to_string())
+    });
+    let jobs = [("big", 2.0, 29600), ("small", 1.0, 30600)];
+    let mut config = format!(
+        "[metrics]\nenabled = false\n\n[agent]\ncluster = \"{CLUSTER}\"\naddress = \"127.0.0.1\"\nstop_grace_s = 2.0\n"
+    );
+    for (job, weight, port) in jobs {
+        let mut command = vec![PYTHON.to_string()];
+        command.extend(train_args(dir, job));
+        config += &format!(
+            "\n[[agent.jobs]]\nid = \"{job}\"\nweight = {weight}\nmin_nodes = 1\nmax_nodes = 2\nmaster_port_base = {port}\ncheckpoint_interval_s = 3\ncommand = {command:?}\n"
+        );
+    }
+    std::fs::write(dir.join("agent.toml"), &config).unwrap();
+    let started_ms = now_ms();
+    let mut agents: BTreeMap<String, Running> = BTreeMap::new();
+    for node in ["n1", "n2", "n3", "n4"] {
+        let kmsg = dir.join(format!("kmsg-{node}"));
+        std::fs::write(&kmsg, "").unwrap();
+        let child = Command::new(exe)
+            .arg("--config")
+            .arg(dir.join("agent.toml"))
+            .args([
+                "agent",
+                "--brokers",
+                &brokers,
+                "--node",
+                node,
+                "--planner-key",
+            ])
+            .arg(run.join("planner.pub"))
+            .arg("--kernel-log")
+            .arg(&kmsg)
+            .arg("--state-dir")
+            .arg(dir.join(format!("state-{node}")))
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log(&format!("{node}.out")))
+            .stderr(log(&format!("{node}.err")))
+            .spawn()
+            .unwrap();
+        agents.insert(node.to_string(), Running(child));
+    }
+
+    // Both jobs on two nodes each, training, with no failure on the way.
+    wait_for(
+        "both jobs training on two nodes each",
+        Duration::from_secs(120),
+        || {
+            let p = progress(&brokers, started_ms);
+            let placed = placement(&brokers);
+            (p.get("big").is_some_and(|i| *i >= 10)
+                && p.get("small").is_some_and(|i| *i >= 10)
+                && placed.values().all(|n| n.len() == 2)
+                && placed.len() == 2)
+                .then_some(())
+        },
+    );
+    assert_eq!(failures(&brokers), Vec::new(), "no failure while starting");
+
+    let resumed = |job: &str, after_ms: i64| {
+        wait_for(
+            &format!("{job} training again"),
+            Duration::from_secs(90),
+            || progress(&brokers, after_ms).contains_key(job).then_some(()),
+        )
+    };
+    let node_running = |job: &str| {
+        ["n1", "n2", "n3", "n4"]
+            .into_iter()
+            .filter(|n| agents.contains_key(*n))
+            .find_map(|n| {
+                worker_of(dir, n)
+                    .filter(|(j, _)| j == job)
+                    .map(|(_, pid)| (n.to_string(), pid))
+            })
+            .unwrap_or_else(|| panic!("no node runs {job}"))
+    };
+
+    // 1. kill -9 of one worker.
+    let (_, pid) = node_running("big");
+    let t = now_ms();
+    signal(pid, "KILL");
+    let (f, caused) = one_failure(&brokers, 0, &[FailureKind::ExitedAbnormally]);
+    assert_eq!(f.job.as_deref(), Some("big"));
+    assert_eq!(
+        caused.iter().map(|c| c.action).collect::<Vec<_>>(),
+        [CommandAction::Restart]
+    );
+    resumed("big", t + 1000);
+
+    // 2. SIGSTOP of one worker: its peer blocks in the collective.
+    let (_, pid) = node_running("small");
+    let t = now_ms();
+    signal(pid, "STOP");
+    let (f, caused) = one_failure(&brokers, 1, &[FailureKind::TaskHang]);
+    assert_eq!(f.job.as_deref(), Some("small"));
+    assert_eq!(
+        caused.iter().map(|c| c.action).collect::<Vec<_>>(),
+        [CommandAction::Restart]
+    );
+    resumed("small", t + 1000);
+
+    // 3. A whole node of the heavier job dies, agent and worker.
+    let (node, pid) = node_running("big");
+    let t = now_ms();
+    drop(agents.remove(&node)); // SIGKILL of the agent
+    signal(pid, "KILL");
+    let (f, caused) = one_failure(&brokers, 2, &[FailureKind::LostConnection]);
+    assert_eq!(f.node.as_deref(), Some(node.as_str()));
+    let actions: Vec<_> = caused.iter().map(|c| c.action).collect();
+    assert!(actions.contains(&CommandAction::IsolateNode), "{actions:?}");
+    let placed = placement(&brokers);
+    assert_eq!(
+        placed["big"].len(),
+        2,
+        "the heavier job keeps two nodes: {placed:?}"
+    );
+    assert_eq!(
+        placed["small"].len(),
+        1,
+        "the lighter job gave one up: {placed:?}"
+    );
+    assert!(!placed.values().flatten().any(|n| *n == node), "{placed:?}");
+    resumed("big", t + 1000);
+    resumed("small", t + 1000);
+
+    // 4. An exception in the training step.
+    let t = now_ms();
+    std::fs::write(dir.join("fail-big"), "").unwrap();
+    let (f, caused) = one_failure(
+        &brokers,
+        3,
+        &[
+            FailureKind::IllegalMemoryAccess,
+            FailureKind::CudaError,
+            FailureKind::ExitedAbnormally,
+        ],
+    );
+    assert_eq!(f.job.as_deref(), Some("big"));
+    assert_eq!(
+        caused.iter().map(|c| c.action).collect::<Vec<_>>(),
+        [CommandAction::Restart]
+    );
+    resumed("big", t + 1000);
+
+    // Both jobs reach their last step.
+    wait_for(
+        "both jobs at their last step",
+        Duration::from_secs(400),
+        || {
+            let p = progress(&brokers, started_ms);
+            (p.get("big") == Some(&i64::from(STEPS)) && p.get("small") == Some(&i64::from(STEPS)))
+                .then_some(())
+        },
+    );
+    let final_loss = |job: &str| -> f64 {
+        let first = placement(&brokers)[job][0].clone();
+        wait_for(
+            &format!("{job}'s final loss"),
+            Duration::from_secs(30),
+            || {
+                let out = std::fs::read_to_string(dir.join(format!("{first}.out"))).ok()?;
+                out.lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("final loss: ")?.trim().parse().ok())
+            },
+        )
+    };
+    let (big, small) = (final_loss("big"), final_loss("small"));
+    assert_eq!(
+        failures(&brokers).len(),
+        4,
+        "no failure beyond the four faults"
+    );
+
+    // Uninterrupted runs of the same seed, one process each.
+    for (job, got, tolerance) in [("big", big, 1e-5), ("small", small, 1e-2)] {
+        let ref_dir = dir.join(format!("reference-{job}"));
+        std::fs::create_dir_all(&ref_dir).unwrap();
+        let out = Command::new(PYTHON)
+            .args(train_args(&ref_dir, job))
+            .args(["--step-sleep", "0"])
+            .envs([
+                ("RANK", "0"),
+                ("LOCAL_RANK", "0"),
+                ("WORLD_SIZE", "1"),
+                ("LOCAL_WORLD_SIZE", "1"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", "29499"),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let reference: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("final loss: ")?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("reference run of {job}: {text}"));
+        let relative = (got - reference).abs() / reference.abs();
+        println!(
+            "{job}: final loss {got}, uninterrupted {reference}, relative difference {relative:.2e}"
+        );
+        assert!(relative <= tolerance, "{job}: {got} vs {reference}");
+    }
+
+    // Stop cleanly so the archive is complete, then replay it.
+    drop(agents);
+    signal(up.0.id() as i32, "INT");
+    let _ = up.0.wait();
+    let replay = Command::new(exe)
+        .args(["replay", "--from-archive"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&replay.stdout);
+    println!("{text}");
+    assert!(
+        replay.status.success(),
+        "replay: {text}{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+}
