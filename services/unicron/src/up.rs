@@ -114,12 +114,6 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         let path = run_dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    if args.no_sim {
-        println!(
-            "agents: --brokers {bootstrap} --planner-key {}",
-            run_dir.join("planner.pub").display()
-        );
-    }
     let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     stops.push(stop);
@@ -227,6 +221,10 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         ));
     } else {
         println!("executor: not started (no simulator; set executor.cluster and executor.backend)");
+        println!(
+            "agents: unicron agent --brokers {bootstrap} --planner-key {} ... (docs/agent.md)",
+            run_dir.join("planner.pub").display()
+        );
     }
     if let (Some(sim), Some(c)) = (&sim, &sim_config) {
         println!(

@@ -82,6 +82,83 @@ fn progress(brokers: &str, since_ms: i64) -> BTreeMap<String, i64> {
     out
 }
 
+/// Iterations `job` reported, with their event times, in time order.
+fn iterations(brokers: &str, job: &str) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = read::<AgentEvent>(brokers, "unicron.agent")
+        .into_iter()
+        .filter(|e| e.kind == AgentEventKind::IterationDone && e.job.as_deref() == Some(job))
+        .filter_map(|e| Some((e.time_ms, e.iteration?)))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// One injected fault as the demo reports it.
+struct Measured {
+    injected: &'static str,
+    detected: String,
+    action: String,
+    detect_s: f64,
+    recover_s: f64,
+    steps_redone: i64,
+}
+
+impl Measured {
+    /// Delays from the injection at `t` (ms): to the failure's detection,
+    /// and to `job`'s first iteration after the commands; steps the
+    /// restart did again.
+    fn of(
+        brokers: &str,
+        injected: &'static str,
+        t: i64,
+        f: &FailureEvent,
+        caused: &[Cmd],
+        job: &str,
+    ) -> Measured {
+        let acted_ms = caused
+            .iter()
+            .map(|c| c.time_ms)
+            .max()
+            .unwrap_or(f.detected_ms);
+        let seen = iterations(brokers, job);
+        let before = seen
+            .iter()
+            .filter(|(at, _)| *at <= t)
+            .map(|(_, i)| *i)
+            .max()
+            .unwrap_or(0);
+        let (after_ms, first) = seen
+            .iter()
+            .copied()
+            .find(|(at, _)| *at > acted_ms)
+            .expect("recovered before measuring");
+        Measured {
+            injected,
+            detected: format!("{:?}", f.kind),
+            action: caused
+                .iter()
+                .map(|c| c.action.symbol())
+                .collect::<Vec<_>>()
+                .join("+"),
+            detect_s: (f.detected_ms - t) as f64 / 1000.0,
+            recover_s: (after_ms - t) as f64 / 1000.0,
+            steps_redone: before - (first - 1),
+        }
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"injected\": \"{}\", \"detected\": \"{}\", \"action\": \"{}\", \"detect_s\": {:.2}, \"recover_s\": {:.2}, \"steps_redone\": {}}}",
+            self.injected,
+            self.detected,
+            self.action,
+            self.detect_s,
+            self.recover_s,
+            self.steps_redone
+        )
+    }
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -327,6 +404,14 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
     assert!(!placed.values().flatten().any(|n| *n == node), "{placed:?}");
     resumed("big", t + 1000);
     resumed("small", t + 1000);
+    measured.push(Measured::of(
+        &brokers,
+        "kill -9 node",
+        t,
+        &f,
+        &caused,
+        "big",
+    ));
 
     // 4. An exception in the training step.
     let t = now_ms();
@@ -404,6 +489,20 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
             "{job}: final loss {got}, uninterrupted {reference}, relative difference {relative:.2e}"
         );
         assert!(relative <= tolerance, "{job}: {got} vs {reference}");
+    }
+
+    // The demo's report (tools/torch-demo/run.sh).
+    if let Some(path) = std::env::var_os("UNICRON_TORCH_DEMO_JSON") {
+        let faults: Vec<String> = measured.iter().map(Measured::json).collect();
+        let json = format!(
+            "{{\"faults\": [{}], \"steps_completed\": {STEPS}, \"target_steps\": {STEPS}, \"final_loss\": {}, \"reference_loss\": {}, \"final_loss_small\": {}, \"reference_loss_small\": {}}}\n",
+            faults.join(", "),
+            references[0].0,
+            references[0].1,
+            references[1].0,
+            references[1].1
+        );
+        std::fs::write(path, json).unwrap();
     }
 
     // Stop cleanly so the archive is complete, then replay it.

@@ -262,6 +262,13 @@ fn up_hosts_a_broker_other_processes_can_use() {
         executor.starts_with("executor: not started (no simulator"),
         "{executor}"
     );
+    let agents = lines.next().unwrap().unwrap();
+    assert!(
+        agents.starts_with(&format!(
+            "agents: unicron agent --brokers {broker} --planner-key "
+        )),
+        "{agents}"
+    );
     let archive = lines.next().unwrap().unwrap();
     assert!(
         archive.starts_with("archive: ") && archive.contains("unicron-test-archive/run-"),

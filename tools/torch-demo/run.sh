@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The real-PyTorch demo: `unicron up --no-sim` and four `unicron agent`s
+# train two jobs of the example GPT (examples/torch-gpt) on this machine,
+# four faults are injected one at a time (kill -9 of a worker, SIGSTOP of a
+# worker, kill -9 of a whole node, an exception in the training step), and
+# each is reported: detected kind, action, detection delay, time to the
+# first step after recovery, steps done again. Then the same job and faults
+# under torchrun's elastic agent (--max-restarts 3) for comparison.
+#
+#   tools/torch-demo/run.sh [--json FILE]
+#
+# The scenario is the end-to-end test services/unicron/tests/agent_torch.rs,
+# which asserts every step; this script runs it and prints its numbers.
+# Needs Debian's python3-torch (./dev installs it).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+json=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --json) json="$2"; shift 2 ;;
+    *) echo "usage: $0 [--json FILE]" >&2; exit 2 ;;
+  esac
+done
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+echo "== unicron: four agents, two jobs, four faults"
+UNICRON_TORCH_DEMO_JSON="$work/unicron.json" \
+  cargo test -q --workspace --test agent_torch -- --nocapture 2>&1 \
+  | grep -v -E '^(running|test result|$)|has been running'
+echo
+echo "== torchrun's elastic agent, same job, same faults"
+/usr/bin/python3 tools/torch-demo/torchrun_faults.py --json "$work/torchrun.json"
+
+if [ -n "$json" ]; then
+  /usr/bin/python3 - "$work/unicron.json" "$work/torchrun.json" "$json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+report["torchrun"] = json.load(open(sys.argv[2]))
+json.dump(report, open(sys.argv[3], "w"), indent=2)
+PY
+  echo "wrote $json"
+fi
