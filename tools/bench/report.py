@@ -140,6 +140,7 @@ def main():
         print()
         print(tables(outs[name]))
     print()
+    agent(work)
     sustained = os.path.join(work, "sustained.md")
     if os.path.exists(sustained):
         print(SUSTAINED_TITLE)
@@ -147,6 +148,58 @@ def main():
         print(SUSTAINED_WHAT)
         print()
         with open(sustained, encoding="utf-8") as f:
+            print(f.read().rstrip())
+        print()
+
+
+def agent(work):
+    """The node agent on real PyTorch, against torchrun, and its own cost."""
+    torch = os.path.join(work, "torch.json")
+    if os.path.exists(torch):
+        with open(torch, encoding="utf-8") as f:
+            report = json.load(f)
+        print("## Real PyTorch: `unicron agent` against torchrun's elastic agent")
+        print()
+        print("`tools/torch-demo/run.sh --json`: the example GPT (examples/torch-gpt, DDP on CPU,")
+        print("gloo, one worker per node, one step ≈ 0.1 s with `--step-sleep 0.08`, checkpoint")
+        print("every 20 steps). unicron: four agents as four nodes of two jobs, with detector")
+        print("and planner of `unicron up --no-sim`; delays from the injection to the failure's")
+        print("detection and to the job's first step after recovery. torchrun: the same job on")
+        print("one node with two workers, `--max-restarts 3 --monitor-interval 1` (1.13's")
+        print("default interval is 5 s), same faults on rank 1.")
+        print()
+        print("| fault | unicron detected | action | detect | first step after | steps redone | torchrun: first step after | steps redone | torchrun says |")
+        print("|---|---|---|---:|---:|---:|---:|---:|---|")
+        theirs = {t["injected"]: t for t in report["torchrun"]["faults"]}
+        for f in report["faults"]:
+            t = theirs.get(f["injected"])
+            if t is None:
+                tr = ("n/a (one node)", "", "")
+            elif t["recovered"]:
+                tr = (f"{t['recover_s']:.1f} s", str(t["steps_redone"]), t["torchrun_says"])
+            else:
+                tr = ("never", "—", t["torchrun_says"])
+            print(f"| {f['injected']} | {f['detected']} | {f['action']} | {f['detect_s']:.1f} s | {f['recover_s']:.1f} s "
+                  f"| {f['steps_redone']} | {tr[0]} | {tr[1]} | {tr[2][:90]} |")
+        for t in report["torchrun"]["faults"]:
+            if "max-restarts 0" in t["injected"]:
+                print()
+                print(f"torchrun with `--max-restarts 0`, rank 1 killed: its summary says {t['torchrun_says']}.")
+        print()
+        print(f"Both jobs reached step {report['steps_completed']} of {report['target_steps']}; final loss "
+              f"{report['final_loss']:.9f} against {report['reference_loss']:.9f} uninterrupted (heavier job, "
+              f"world size unchanged), {report['final_loss_small']:.9f} against "
+              f"{report['reference_loss_small']:.9f} (lighter job, shrunk from two nodes to one).")
+        print()
+    cost = os.path.join(work, "agent.out")
+    if os.path.exists(cost):
+        print("## What an agent costs")
+        print()
+        print("`tools/bench/agent.py`: one agent whose job prints 100 lines/s, for 30 s after")
+        print("a 10-s warm-up, on the machine that also runs the broker and the services; each")
+        print("line's time from the worker's print to its arrival from `unicron.logs` (kcat).")
+        print()
+        with open(cost, encoding="utf-8") as f:
             print(f.read().rstrip())
         print()
 

@@ -36,6 +36,12 @@ cargo build -q --release -p unicron
 "$CARGO_TARGET_DIR/release/unicron" up --trace tools/traces/example.csv --duration 60s \
   --no-archive --summary-json "$work/up.json" >"$work/up.out" 2>/dev/null
 
+echo "bench: the node agent's cost (40 s)" >&2
+python3 tools/bench/agent.py --unicron "$CARGO_TARGET_DIR/release/unicron" >"$work/agent.out"
+
+echo "bench: real PyTorch, unicron agent and torchrun (about 5 min)" >&2
+tools/torch-demo/run.sh --json "$work/torch.json" >"$work/torch.out"
+
 # Sustained load needs the standalone broker (docs/chaos.md); 10 minutes.
 tansu="${TANSU:-/var/cache/unicron-tools/bin/tansu}"
 if [ -x "$tansu" ]; then

@@ -26,7 +26,7 @@ trap 'rm -rf "$work"' EXIT
 
 echo "== unicron: four agents, two jobs, four faults"
 UNICRON_TORCH_DEMO_JSON="$work/unicron.json" \
-  cargo test -q --workspace --test agent_torch -- --nocapture 2>&1 \
+  cargo test -q --release --workspace --test agent_torch -- --nocapture 2>&1 \
   | grep -v -E '^(running|test result|$)|has been running'
 echo
 echo "== torchrun's elastic agent, same job, same faults"

@@ -102,8 +102,8 @@ class Run:
     def recovery(self, fault_at, within):
         """(seconds to the first step after a restart, first step) or None."""
         deadline = fault_at + within
-        restarted = False
         while time.time() < deadline:
+            restarted = False
             for at, line in self.snapshot():
                 if at <= fault_at:
                     continue
@@ -147,7 +147,8 @@ def fault(name, inject, max_restarts=3, within=60, steps=300):
             if max_restarts == 0:
                 run.proc.wait(timeout=60)
             text = run.text()
-            blame = re.search(r"rank\s*:\s*(\d+)[^\n]*\n[^\n]*exitcode\s*:\s*(-?\d+)", text)
+            root = text.split("Root Cause", 1)[-1] if "Root Cause" in text else ""
+            blame = re.search(r"rank\s*:\s*(\d+)[\s\S]*?exitcode\s*:\s*(-?\d+)", root)
             result["torchrun_says"] = (
                 f"root cause rank {blame.group(1)} (exitcode {blame.group(2)})" if blame
                 else "; ".join(sorted({l.split("] ", 1)[-1][:120] for l in text.splitlines()
