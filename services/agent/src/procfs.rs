@@ -52,13 +52,14 @@ mod tests {
         let me = std::process::id() as i32;
         // The main thread waits for the test threads.
         assert!(matches!(state(me), Some("running" | "sleeping")));
+        let mark = format!("procfs-{me}");
         let mut child = std::process::Command::new("sleep")
             .arg("5")
-            .env("UNICRON_TEST_MARK", "procfs-1")
+            .env("UNICRON_TEST_MARK", &mark)
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        assert_eq!(with_env("UNICRON_TEST_MARK", "procfs-1"), vec![pid]);
+        assert_eq!(with_env("UNICRON_TEST_MARK", &mark), vec![pid]);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert_eq!(state(pid), Some("stopped"));

@@ -516,3 +516,144 @@ fn a_what_if_policy_reports_changed_commands_and_waf() {
     assert!(recorded > 0.0 && alternative > 0.0);
     assert_ne!(recorded, alternative);
 }
+
+/// Two agent-launched jobs on four nodes, with node addresses.
+fn agent_jobs(planner: &mut Planner, feed: &mut Feed, budget: Option<i32>) {
+    for n in 1..=4 {
+        let mut joined = feed.node_joined("c", &format!("n{n}"));
+        if let InputEvent::Cluster(e) = &mut joined.event {
+            e.address = Some(format!("10.0.0.{n}"));
+        }
+        planner.apply(&joined);
+    }
+    for (id, port) in [("big", 29600), ("small", 30600)] {
+        let mut job = feed.job("c", id, 8, 16, 1, &[(8, 1.0e15), (16, 2.0e15)]);
+        if let InputEvent::Cluster(e) = &mut job.event {
+            e.launch = Some(AgentLaunch {
+                master_port_base: port,
+                restart_budget: budget,
+            });
+        }
+        planner.apply(&job);
+    }
+}
+
+fn result_from(feed: &mut Feed, command: &Command, node: &str, status: CommandStatus) -> Input {
+    let mut input = feed.result(command, status);
+    if let InputEvent::Result(r) = &mut input.event {
+        r.node = Some(node.to_string());
+    }
+    input
+}
+
+#[test]
+fn starts_of_agent_jobs_carry_the_rendezvous_and_bump_the_generation() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    agent_jobs(&mut p, &mut feed, None);
+    let cmds = commands(&p.apply(&feed.failure("c", "n2", FailureKind::CudaError)));
+    assert_eq!(cmds.len(), 1);
+    let restart = &cmds[0];
+    assert_eq!(restart.action, CommandAction::Restart);
+    // Every node of the job in rank order, though a restart keeps them.
+    assert_eq!(restart.nodes, ["n1", "n2"]);
+    let rdv = restart.rendezvous.as_ref().expect("an agent job's start");
+    assert_eq!(rdv.master_addr, "10.0.0.1");
+    let generation = rdv.generation;
+    assert!(generation >= 2, "the first start was generation 1");
+    assert_eq!(rdv.master_port, 29600 + generation as i32);
+    let again = commands(&p.apply(&feed.failure("c", "n1", FailureKind::OutOfMemory)));
+    assert_eq!(
+        again[0].rendezvous.as_ref().unwrap().generation,
+        generation + 1
+    );
+    // The signature covers the rendezvous: changing it breaks verification.
+    let key = CommandSigner::from_seed("test", [1; 32]).verifying_key();
+    let mut forged = restart.clone();
+    assert!(signing::verify(&forged, |_| Some(key)).is_ok());
+    forged.rendezvous.as_mut().unwrap().master_addr = "10.6.6.6".into();
+    assert!(signing::verify(&forged, |_| Some(key)).is_err());
+}
+
+#[test]
+fn a_start_is_done_when_every_named_node_has_answered() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    agent_jobs(&mut p, &mut feed, None);
+    let restart = commands(&p.apply(&feed.failure("c", "n2", FailureKind::CudaError)))[0].clone();
+    let out = p.apply(&result_from(
+        &mut feed,
+        &restart,
+        "n1",
+        CommandStatus::Succeeded,
+    ));
+    assert!(
+        decision(&out).reason.contains("1 more nodes to answer"),
+        "{}",
+        decision(&out).reason
+    );
+    assert!(p.cluster("c").unwrap().in_flight.contains_key(&restart.id));
+    let out = p.apply(&result_from(
+        &mut feed,
+        &restart,
+        "n2",
+        CommandStatus::Succeeded,
+    ));
+    assert!(
+        decision(&out).reason.contains("succeeded"),
+        "{}",
+        decision(&out).reason
+    );
+    assert!(!p.cluster("c").unwrap().in_flight.contains_key(&restart.id));
+
+    // One node failing is enough to escalate.
+    let restart = commands(&p.apply(&feed.failure("c", "n1", FailureKind::OutOfMemory)))[0].clone();
+    assert_eq!(restart.action, CommandAction::Restart);
+    p.apply(&result_from(
+        &mut feed,
+        &restart,
+        "n1",
+        CommandStatus::Succeeded,
+    ));
+    let out = p.apply(&result_from(
+        &mut feed,
+        &restart,
+        "n2",
+        CommandStatus::Failed,
+    ));
+    assert!(
+        decision(&out).reason.contains("failed"),
+        "{}",
+        decision(&out).reason
+    );
+    assert!(!p.cluster("c").unwrap().in_flight.contains_key(&restart.id));
+}
+
+#[test]
+fn a_spent_restart_budget_needs_an_operator() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    agent_jobs(&mut p, &mut feed, Some(1));
+    let first = commands(&p.apply(&feed.failure("c", "n2", FailureKind::CudaError)));
+    assert_eq!(first.len(), 1);
+    let out = p.apply(&feed.failure("c", "n1", FailureKind::OutOfMemory));
+    assert!(commands(&out).is_empty());
+    assert!(
+        decision(&out).reason.contains("restart budget of 1"),
+        "{}",
+        decision(&out).reason
+    );
+}
+
+#[test]
+fn an_agent_restarting_on_an_isolated_node_does_not_give_it_back() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    agent_jobs(&mut p, &mut feed, None);
+    p.apply(&feed.failure("c", "n4", FailureKind::EccError));
+    assert_eq!(
+        p.cluster("c").unwrap().nodes["n4"].health,
+        planner::Health::Isolated
+    );
+    p.apply(&feed.node_joined("c", "n4"));
+    assert_eq!(
+        p.cluster("c").unwrap().nodes["n4"].health,
+        planner::Health::Isolated
+    );
+}

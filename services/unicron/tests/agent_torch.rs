@@ -368,6 +368,14 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
         [CommandAction::Restart]
     );
     resumed("big", t + 1000);
+    let mut measured = vec![Measured::of(
+        &brokers,
+        "kill -9 worker",
+        t,
+        &f,
+        &caused,
+        "big",
+    )];
 
     // 2. SIGSTOP of one worker: its peer blocks in the collective.
     let (_, pid) = node_running("small");
@@ -380,6 +388,14 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
         [CommandAction::Restart]
     );
     resumed("small", t + 1000);
+    measured.push(Measured::of(
+        &brokers,
+        "SIGSTOP worker",
+        t,
+        &f,
+        &caused,
+        "small",
+    ));
 
     // 3. A whole node of the heavier job dies, agent and worker.
     let (node, pid) = node_running("big");
@@ -431,6 +447,30 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
         [CommandAction::Restart]
     );
     resumed("big", t + 1000);
+    measured.push(Measured::of(
+        &brokers,
+        "exception in step",
+        t,
+        &f,
+        &caused,
+        "big",
+    ));
+    println!(
+        "{:<18} {:<22} {:<32} {:>8} {:>9} {:>7}",
+        "injected", "detected", "action", "detect_s", "recover_s", "redone"
+    );
+    for m in &measured {
+        println!(
+            "{:<18} {:<22} {:<32} {:>8.2} {:>9.2} {:>7}",
+            m.injected, m.detected, m.action, m.detect_s, m.recover_s, m.steps_redone
+        );
+        assert!(
+            m.steps_redone <= i64::from(CHECKPOINT_EVERY),
+            "{}: {} steps redone, checkpoint interval {CHECKPOINT_EVERY}",
+            m.injected,
+            m.steps_redone
+        );
+    }
 
     // Both jobs reach their last step.
     wait_for(
@@ -456,6 +496,7 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
         )
     };
     let (big, small) = (final_loss("big"), final_loss("small"));
+    let mut references = Vec::new();
     assert_eq!(
         failures(&brokers).len(),
         4,
@@ -489,6 +530,7 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
             "{job}: final loss {got}, uninterrupted {reference}, relative difference {relative:.2e}"
         );
         assert!(relative <= tolerance, "{job}: {got} vs {reference}");
+        references.push((got, reference));
     }
 
     // The demo's report (tools/torch-demo/run.sh).

@@ -544,7 +544,12 @@ fn on_cluster_event(
                 failures: Vec::new(),
                 address: None,
             });
-            node.health = Health::Healthy;
+            // An agent announces its node every time it starts; only
+            // node_repaired gives back a node that was taken out.
+            let taken_out = matches!(node.health, Health::Isolated | Health::Repairing);
+            if e.kind == ClusterEventKind::NodeRepaired || !taken_out {
+                node.health = Health::Healthy;
+            }
             if e.address.is_some() {
                 node.address = e.address.clone();
             }
