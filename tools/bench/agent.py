@@ -95,7 +95,9 @@ def main():
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=work)
         procs.append(agent)
         arrivals = []
+        # A short fetch wait, or kcat's own polling (500 ms) is what is measured.
         reader = subprocess.Popen([kcat, "-C", "-b", brokers, "-t", "unicron.logs", "-o", "end", "-u", "-q",
+                                   "-X", "fetch.wait.max.ms=5",
                                    "-f", "%s\n"], stdout=subprocess.PIPE)
         procs.append(reader)
         measuring = threading.Event()

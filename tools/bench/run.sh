@@ -14,7 +14,8 @@ cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/unicron-release}"
 out="${1:-docs/BENCHMARKS.md}"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+# Kept when a benchmark fails, so what the others printed is not lost.
+trap 'if [ $? -eq 0 ]; then rm -rf "$work"; else echo "outputs kept in $work" >&2; fi' EXIT
 
 bench() { # name, cargo bench arguments...
   local name="$1"

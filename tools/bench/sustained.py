@@ -81,9 +81,17 @@ def main():
     procs = {}
     procs["tansu"] = subprocess.Popen(
         [args.tansu, "broker", "--listener-url", f"tcp://{brokers}",
-         "--advertised-listener-url", f"tcp://{brokers}", "--storage-engine", "memory://tansu/"],
+         "--advertised-listener-url", f"tcp://{brokers}", "--storage-engine", "sqlite://tansu.db"],
         stdout=logs, stderr=logs, cwd=work)
-    time.sleep(2)
+    deadline = time.time() + 60
+    while True:  # tansu listening, however long it takes to start
+        try:
+            socket.create_connection(("127.0.0.1", broker_port), timeout=1).close()
+            break
+        except OSError:
+            if time.time() > deadline or procs["tansu"].poll() is not None:
+                sys.exit(f"tansu did not listen on {brokers}; see {work}/services.log")
+            time.sleep(0.2)
     key = os.path.join(work, "planner.key")
     out = subprocess.run([unicron, "keys", "generate", "--out", key], capture_output=True, text=True, check=True)
     public = out.stdout.strip().removeprefix("public key: ")

@@ -92,3 +92,55 @@ fn follow_file(path: &Path, reporter: &Reporter) -> std::io::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::report::Outgoing;
+    use crate::settings::AgentSettings;
+
+    #[tokio::test]
+    async fn lines_appended_to_a_file_are_published_as_kernel_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kmsg");
+        std::fs::write(&path, "old line, before the agent started\n").unwrap();
+        let settings = AgentSettings {
+            cluster: "c".into(),
+            node: "n1".into(),
+            ..AgentSettings::default()
+        };
+        let (reporter, mut queue) = Reporter::new(&settings);
+        spawn(path.clone(), reporter);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.";
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        write!(file, "{xid}\npartial").unwrap();
+        file.flush().unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), queue.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let Outgoing::Log(record) = got else {
+            panic!("not a log record: {got:?}")
+        };
+        assert_eq!(
+            (record.source.as_str(), record.line.as_str()),
+            ("kernel", xid)
+        );
+        assert_eq!(record.node, "n1");
+        // The partial line waits until it is whole.
+        writeln!(file, " line").unwrap();
+        let Some(Outgoing::Log(next)) = tokio::time::timeout(Duration::from_secs(5), queue.recv())
+            .await
+            .unwrap()
+        else {
+            panic!("no second line")
+        };
+        assert_eq!(next.line, "partial line");
+    }
+}

@@ -161,7 +161,7 @@ impl AgentSettings {
                 "agent.max_lines_per_s, max_line_bytes, buffer_records: must be at least 1".into(),
             ));
         }
-        if self.jobs.is_empty() {
+        if self.jobs.is_empty() && !self.observe_only {
             return Err(config(
                 "agent.jobs: at least one job (--job J -- COMMAND ARGS...)".into(),
             ));

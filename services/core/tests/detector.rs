@@ -308,7 +308,9 @@ fn an_unexplained_abnormal_exit_is_its_own_failure_and_sigterm_is_none() {
     let mut code143 = agent("n2", Some("k"), T0, AgentEventKind::ProcessExit);
     code143.exit_code = Some(143);
     h.feed("unicron.agent", Observation::Agent(code143));
-    assert!(h.failures.is_empty(), "held for the correlation window");
+    // Killed by a signal: where the fault is, emitted at once.
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    assert_eq!(h.failures[0].rule.as_deref(), Some("process.signal"));
     for s in 1..10 {
         h.heartbeat("n0", None, T0 + s * 1000);
     }
@@ -375,7 +377,8 @@ fn one_slow_iteration_is_a_hang_and_a_slow_rank_is_a_straggler() {
     assert_eq!(stragglers.len(), 1, "{:#?}", h.failures);
     assert_eq!(stragglers[0].node.as_deref(), Some("n1"));
     assert_eq!(stragglers[0].severity, Severity::Sev3);
-    h.iteration("n0", "j", 0, 30, T0 + 60_000, 9000.0);
+    // Slow against the mean and past the minimum stall (40 s here).
+    h.iteration("n0", "j", 0, 30, T0 + 90_000, 45_000.0);
     let hangs: Vec<_> = h
         .failures
         .iter()
@@ -883,4 +886,29 @@ fn a_partition_found_caught_up_later_releases_the_watermark() {
     h.heartbeat("n1", Some("j"), T0 + 20_000);
     assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
     assert_eq!(h.failures[0].kind, FailureKind::NetworkError);
+}
+
+#[test]
+fn a_worker_killed_by_a_signal_absorbs_its_peers_exits_and_resets() {
+    let mut h = Harness::new();
+    let mut killed = agent("n1", Some("j"), T0, AgentEventKind::ProcessExit);
+    killed.signal = Some(9);
+    h.feed("unicron.agent", Observation::Agent(killed));
+    assert_eq!(h.failures.len(), 1, "emitted at once");
+    let mut peer = agent("n2", Some("j"), T0 + 200, AgentEventKind::ProcessExit);
+    peer.exit_code = Some(1);
+    h.feed("unicron.agent", Observation::Agent(peer));
+    h.log(
+        "n2",
+        Some("j"),
+        Some(1),
+        T0 + 150,
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:47934",
+    );
+    for s in 1..20 {
+        h.heartbeat("n1", Some("j"), T0 + s * 1000);
+        h.heartbeat("n2", Some("j"), T0 + s * 1000);
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    assert_eq!(h.failures[0].node.as_deref(), Some("n1"));
 }

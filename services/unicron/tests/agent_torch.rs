@@ -44,6 +44,10 @@ fn train_args(dir: &Path, job: &str) -> Vec<String> {
         dir.join(format!("ck-{job}")).display().to_string(),
         "--step-sleep".into(),
         "0.08".into(),
+        // A checkpoint step takes over 3x the mean iteration: no hang may
+        // be declared during it.
+        "--checkpoint-sleep".into(),
+        "0.4".into(),
         "--fail-file".into(),
         dir.join(format!("fail-{job}")).display().to_string(),
     ]

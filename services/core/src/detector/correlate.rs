@@ -39,8 +39,21 @@ pub fn is_symptom(kind: FailureKind) -> bool {
     )
 }
 
+/// Rule of an exit on a signal (other than the configured clean ones).
+pub const SIGNAL_RULE: &str = "process.signal";
+
+/// Whether a candidate is held as a symptom. A process killed by a signal
+/// (a crash, the OOM killer, an operator's kill) is where the fault is, not
+/// an echo of it: emitted at once, it absorbs its peers' exits and
+/// connection resets.
+fn held_as_symptom(c: &Candidate) -> bool {
+    is_symptom(c.kind) && c.rule.as_deref() != Some(SIGNAL_RULE)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct Incident {
+    /// A root cause: absorbs the symptoms of its job or node.
+    root: bool,
     kind: FailureKind,
     node: Option<String>,
     job: Option<String>,
@@ -57,7 +70,7 @@ impl Incident {
         let same_node = self.node.is_some() && self.node == c.node;
         let same_job = self.job.is_some() && self.job == c.job;
         let repeat = self.kind == c.kind && (same_node || (self.node.is_none() && same_job));
-        let echo = is_symptom(c.kind) && !is_symptom(self.kind) && (same_node || same_job);
+        let echo = held_as_symptom(c) && self.root && (same_node || same_job);
         repeat || echo
     }
 }
@@ -130,7 +143,7 @@ impl Correlator {
         if self.incidents.iter().any(|i| i.absorbs(&c, config)) {
             return Offer::Absorbed;
         }
-        if is_symptom(c.kind) && config.correlation_window_s > 0.0 {
+        if held_as_symptom(&c) && config.correlation_window_s > 0.0 {
             match self.groups.iter_mut().find(|g| g.holds(&c)) {
                 Some(group) => group.members.push(c),
                 None => self.groups.push(Group {
@@ -142,7 +155,7 @@ impl Correlator {
             }
             return Offer::Held;
         }
-        if !is_symptom(c.kind) {
+        if !held_as_symptom(&c) {
             // A root cause takes the symptoms already held for its job/node.
             let mut i = 0;
             while i < self.groups.len() {
@@ -181,6 +194,7 @@ impl Correlator {
     /// repeats on one node escalate to SEV2).
     pub fn emitted(&mut self, c: &Candidate, config: &DetectorConfig) -> Severity {
         self.incidents.push(Incident {
+            root: !held_as_symptom(c),
             kind: c.kind,
             node: c.node.clone(),
             job: c.job.clone(),

@@ -243,7 +243,14 @@ fn on_agent(
                 kind: FailureKind::ExitedAbnormally,
                 severity: Severity::Sev2,
                 method: DetectionMethod::ProcessSupervision,
-                rule: Some("process.exit".into()),
+                rule: Some(
+                    if event.signal.is_some() {
+                        super::correlate::SIGNAL_RULE
+                    } else {
+                        "process.exit"
+                    }
+                    .into(),
+                ),
                 node: Some(event.node.clone()),
                 gpu: None,
                 job: event.job.clone(),
