@@ -11,7 +11,7 @@
 #
 # The scenario is the end-to-end test services/unicron/tests/agent_torch.rs,
 # which asserts every step; this script runs it and prints its numbers.
-# Needs Debian's python3-torch (./dev installs it).
+# Needs Debian's python3-torch and py-spy (./dev test installs both).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 json=""
@@ -21,6 +21,11 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--json FILE]" >&2; exit 2 ;;
   esac
 done
+# py-spy (stacks of stopped workers) is in ./dev's Python environment.
+venv="${UNICRON_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/unicron}/venv"
+if [ -d "$venv/bin" ]; then
+  export PATH="$venv/bin:$PATH"
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

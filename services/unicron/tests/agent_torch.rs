@@ -18,7 +18,7 @@ use common::Running;
 use unicron_bus::schemas::AvroRecord;
 use unicron_bus::{AvroCodec, KafkaConfig};
 use unicron_core::{
-    AgentEvent, AgentEventKind, Command as Cmd, CommandAction, FailureEvent, FailureKind,
+    AgentEvent, AgentEventKind, Command as Cmd, CommandAction, FailureEvent, FailureKind, LogRecord,
 };
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -254,6 +254,11 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
         torch.is_ok_and(|s| s.success()),
         "Debian's python3-torch is needed (.ci/run installs it)"
     );
+    let py_spy = Command::new("py-spy").arg("--version").output();
+    assert!(
+        py_spy.is_ok_and(|o| o.status.success()),
+        "py-spy is needed on PATH (./dev installs it into its Python environment)"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let exe = env!("CARGO_BIN_EXE_unicron");
@@ -392,6 +397,15 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
         [CommandAction::Restart]
     );
     resumed("small", t + 1000);
+    // The stopped worker's Python stack was taken before it was killed.
+    let stacks: Vec<LogRecord> = read::<LogRecord>(&brokers, "unicron.logs")
+        .into_iter()
+        .filter(|r| r.source == "stack" && r.job.as_deref() == Some("small"))
+        .collect();
+    assert!(
+        stacks.iter().any(|r| r.line.contains("train.py")),
+        "no Python stack of the hung job: {stacks:#?}"
+    );
     measured.push(Measured::of(
         &brokers,
         "SIGSTOP worker",
