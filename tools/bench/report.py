@@ -179,7 +179,7 @@ def agent(work):
                 tr = (f"{t['recover_s']:.1f} s", str(t["steps_redone"]), t["torchrun_says"])
             else:
                 tr = ("never", "—", t["torchrun_says"])
-            print(f"| {f['injected']} | {f['detected']} | {f['action']} | {f['detect_s']:.1f} s | {f['recover_s']:.1f} s "
+            print(f"| {f['injected']} | {f['detected']} | {f['action']} | {f['detect_s']:.2f} s | {f['recover_s']:.2f} s "
                   f"| {f['steps_redone']} | {tr[0]} | {tr[1]} | {tr[2][:90]} |")
         for t in report["torchrun"]["faults"]:
             if "max-restarts 0" in t["injected"]:
