@@ -18,7 +18,8 @@ use common::Running;
 use unicron_bus::schemas::AvroRecord;
 use unicron_bus::{AvroCodec, KafkaConfig};
 use unicron_core::{
-    AgentEvent, AgentEventKind, Command as Cmd, CommandAction, FailureEvent, FailureKind, LogRecord,
+    AgentEvent, AgentEventKind, Command as Cmd, CommandAction, FailureEvent, FailureKind,
+    LogRecord, WorkerChange,
 };
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -119,11 +120,19 @@ impl Measured {
         caused: &[Cmd],
         job: &str,
     ) -> Measured {
-        let acted_ms = caused
-            .iter()
-            .map(|c| c.time_ms)
+        // The new generation's workers: started by one of the commands.
+        let ids: Vec<&str> = caused.iter().map(|c| c.id.as_str()).collect();
+        let started_ms = read::<AgentEvent>(brokers, "unicron.agent")
+            .into_iter()
+            .filter(|e| e.job.as_deref() == Some(job))
+            .filter_map(|e| {
+                let w = e.worker?;
+                (w.change == WorkerChange::Started
+                    && w.command_id.as_deref().is_some_and(|id| ids.contains(&id)))
+                .then_some(e.time_ms)
+            })
             .max()
-            .unwrap_or(f.detected_ms);
+            .expect("the job's workers were started again");
         let seen = iterations(brokers, job);
         let before = seen
             .iter()
@@ -134,7 +143,7 @@ impl Measured {
         let (after_ms, first) = seen
             .iter()
             .copied()
-            .find(|(at, _)| *at > acted_ms)
+            .find(|(at, _)| *at > started_ms)
             .expect("recovered before measuring");
         Measured {
             injected,
