@@ -47,11 +47,6 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AgentError> {
     settings.validate()?;
-    if settings.public_keys.is_empty() && !settings.observe_only {
-        return Err(AgentError::Config(
-            "agent.public_keys: at least one planner key is needed to act (--planner-key FILE), or observe_only".into(),
-        ));
-    }
     let gate = ExecutorSettings {
         cluster: settings.cluster.clone(),
         public_keys: settings.public_keys.clone(),

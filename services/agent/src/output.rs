@@ -97,16 +97,14 @@ pub async fn follow(stream: impl AsyncRead + Unpin, which: Stream, mut ctx: Line
         while matches!(buf.last(), Some(b'\n' | b'\r')) {
             buf.pop();
         }
-        {
-            // Pass-through first: log shipping that reads the agent's
-            // output sees every line, capped or not.
-            let mut out: Box<dyn Write> = match which {
-                Stream::Stdout => Box::new(std::io::stdout().lock()),
-                Stream::Stderr => Box::new(std::io::stderr().lock()),
-            };
-            let _ = out.write_all(&buf);
-            let _ = out.write_all(b"\n");
-        }
+        // Pass-through first: log shipping that reads the agent's output
+        // sees every line, capped or not. The newline goes with the line.
+        buf.push(b'\n');
+        let _ = match which {
+            Stream::Stdout => std::io::stdout().lock().write_all(&buf),
+            Stream::Stderr => std::io::stderr().lock().write_all(&buf),
+        };
+        buf.pop();
         let line = String::from_utf8_lossy(&buf);
         let now = Instant::now();
         if let Some(progress) = ctx.progress.line(&line, now) {

@@ -73,18 +73,9 @@ impl Reporter {
     /// An agent event of this node, now.
     pub fn event(&self, kind: AgentEventKind, job: Option<&str>, rank: Option<i32>) -> AgentEvent {
         AgentEvent {
-            cluster: self.cluster.clone(),
-            node: self.node.clone(),
-            time_ms: now_ms(),
-            kind,
             job: job.map(str::to_string),
             rank,
-            exit_code: None,
-            signal: None,
-            iteration: None,
-            iteration_time_ms: None,
-            idle_tick: false,
-            worker: None,
+            ..AgentEvent::new(&self.cluster, &self.node, now_ms(), kind)
         }
     }
 
@@ -157,11 +148,8 @@ pub async fn send_all(
     mut queue: mpsc::Receiver<Outgoing>,
 ) {
     let topics = Topics::new(kafka);
-    let (logs, agent, cluster) = (
-        topics.name(Topic::Logs).to_string(),
-        topics.name(Topic::Agent).to_string(),
-        topics.name(Topic::Cluster).to_string(),
-    );
+    let name = |topic| Arc::<str>::from(topics.name(topic));
+    let (logs, agent, cluster) = (name(Topic::Logs), name(Topic::Agent), name(Topic::Cluster));
     let (log_codec, agent_codec, cluster_codec) = (
         AvroCodec::<LogRecord>::default(),
         AvroCodec::<AgentEvent>::default(),

@@ -161,6 +161,11 @@ impl AgentSettings {
                 "agent.max_lines_per_s, max_line_bytes, buffer_records: must be at least 1".into(),
             ));
         }
+        if self.public_keys.is_empty() && !self.observe_only {
+            return Err(config(
+                "agent.public_keys: at least one planner key is needed to act (--planner-key FILE), or observe_only".into(),
+            ));
+        }
         if self.jobs.is_empty() && !self.observe_only {
             return Err(config(
                 "agent.jobs: at least one job (--job J -- COMMAND ARGS...)".into(),

@@ -121,22 +121,30 @@ pub struct WorkerReport {
 }
 
 impl AgentEvent {
-    /// An idle tick: `cluster`'s event time has reached `time_ms` (see
-    /// [`AgentEvent::idle_tick`]); `node` names the detector that wrote it.
-    pub fn idle(cluster: &str, node: &str, time_ms: i64) -> AgentEvent {
+    /// An event of `kind` with every optional field unset.
+    pub fn new(cluster: &str, node: &str, time_ms: i64, kind: AgentEventKind) -> AgentEvent {
         AgentEvent {
             cluster: cluster.to_string(),
             node: node.to_string(),
             time_ms,
-            kind: AgentEventKind::Unknown,
+            kind,
             job: None,
             rank: None,
             exit_code: None,
             signal: None,
             iteration: None,
             iteration_time_ms: None,
-            idle_tick: true,
+            idle_tick: false,
             worker: None,
+        }
+    }
+
+    /// An idle tick: `cluster`'s event time has reached `time_ms` (see
+    /// [`AgentEvent::idle_tick`]); `node` names the detector that wrote it.
+    pub fn idle(cluster: &str, node: &str, time_ms: i64) -> AgentEvent {
+        AgentEvent {
+            idle_tick: true,
+            ..AgentEvent::new(cluster, node, time_ms, AgentEventKind::Unknown)
         }
     }
 }
