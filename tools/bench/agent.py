@@ -73,6 +73,7 @@ def main():
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--warmup", type=float, default=10.0)
     args = p.parse_args()
+    args.unicron = os.path.abspath(args.unicron)  # the services run in a scratch directory
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     if not kcat:
         raise SystemExit("agent bench: kcat is needed (./dev installs it)")
