@@ -59,7 +59,18 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        assert_eq!(with_env("UNICRON_TEST_MARK", &mark), vec![pid]);
+        // spawn returns once the child's exec has replaced its memory, but
+        // the kernel fills in the new environment's bounds a moment later:
+        // until then /proc/PID/environ reads empty.
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = with_env("UNICRON_TEST_MARK", &mark);
+            if !found.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(found, vec![pid]);
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         assert_eq!(state(pid), Some("stopped"));
