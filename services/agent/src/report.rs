@@ -110,17 +110,7 @@ impl Reporter {
 
     /// A cluster event about this node or one of its jobs.
     pub fn cluster_event(&self, kind: ClusterEventKind) -> ClusterEvent {
-        ClusterEvent {
-            cluster: self.cluster.clone(),
-            time_ms: now_ms(),
-            kind,
-            node: None,
-            gpus: None,
-            job_id: None,
-            job: None,
-            address: None,
-            launch: None,
-        }
+        ClusterEvent::new(self.cluster.clone(), now_ms(), kind)
     }
 
     /// Announces the node and the jobs it may run (no command lines).

@@ -379,6 +379,7 @@ fn cluster_event() -> impl Strategy<Value = ClusterEvent> {
                 job,
                 address: None,
                 launch: None,
+                reason: None,
             },
         )
 }

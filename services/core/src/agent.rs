@@ -45,6 +45,9 @@ pub fn part(node: &str, declared: impl Fn(&str) -> bool, command: &Command) -> P
     match command.action {
         CommandAction::IsolateNode if named => Part::Answer,
         CommandAction::IsolateNode => Part::None,
+        // The scheduler's executor gives the node back; the agent starts
+        // nothing until a re-plan names the node.
+        CommandAction::ReturnNode => Part::None,
         // A pause names no node: every agent that may run the job stops it
         // if it runs here, and says so (the first answer is final).
         CommandAction::Pause if local_job => Part::Answer,
@@ -80,6 +83,7 @@ pub fn step(
     let job = command.job.as_deref();
     match command.action {
         CommandAction::IsolateNode => AgentStep::Stop { job: None },
+        CommandAction::ReturnNode => AgentStep::Nothing,
         CommandAction::Pause => match (job, running) {
             (Some(j), Some(r)) if j == r => AgentStep::Stop {
                 job: Some(j.to_string()),

@@ -206,6 +206,12 @@ pub enum ClusterEventKind {
     NodeRepaired,
     NodeRemoved,
     Unknown,
+    /// The scheduler reports the node dead (Slurm DOWN or NOT_RESPONDING):
+    /// out of plans, no command (the scheduler already holds it).
+    NodeDown,
+    /// Someone other than unicron drained the node: out of plans, no
+    /// command, and unicron never undoes it.
+    NodeDrained,
 }
 
 /// One measured point of a job's throughput profile T(x).
@@ -247,6 +253,28 @@ pub struct ClusterEvent {
     /// job_*: set when unicron agents start the job's workers.
     #[serde(default)]
     pub launch: Option<AgentLaunch>,
+    /// node_down / node_drained / node_repaired from a scheduler: what it
+    /// says about the node.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl ClusterEvent {
+    /// An event of `kind` with every optional field unset.
+    pub fn new(cluster: impl Into<String>, time_ms: i64, kind: ClusterEventKind) -> ClusterEvent {
+        ClusterEvent {
+            cluster: cluster.into(),
+            time_ms,
+            kind,
+            node: None,
+            gpus: None,
+            job_id: None,
+            job: None,
+            address: None,
+            launch: None,
+            reason: None,
+        }
+    }
 }
 
 /// How agents launch a job (see `schemas/ClusterEvent.avsc`).
@@ -308,6 +336,9 @@ pub enum CommandAction {
     Resume,
     Pause,
     Unknown,
+    /// Give a node unicron isolated back to the scheduler (Slurm: RESUME,
+    /// only if unicron's own drain is still on it).
+    ReturnNode,
 }
 
 impl CommandAction {
@@ -321,6 +352,7 @@ impl CommandAction {
             CommandAction::Resume => "resume",
             CommandAction::Pause => "pause",
             CommandAction::Unknown => "unknown",
+            CommandAction::ReturnNode => "return_node",
         }
     }
 }

@@ -223,12 +223,98 @@ fn repaired_node_is_given_back() {
             job: None,
             address: None,
             launch: None,
+            reason: None,
         }),
     );
     let cmds = commands(&p.apply(&repaired));
-    assert_eq!(cmds.len(), 1);
-    assert_eq!(cmds[0].job.as_deref(), Some("small"));
+    // unicron isolated it, so unicron hands it back to the scheduler first.
+    assert_eq!(cmds.len(), 2);
+    assert_eq!(cmds[0].action, CommandAction::ReturnNode);
+    assert_eq!(cmds[0].nodes, ["n1"]);
+    assert_eq!(cmds[1].job.as_deref(), Some("small"));
     assert_eq!(nodes_of(&p, "a", "small"), ["n1", "n5"]);
+}
+
+#[test]
+fn isolations_stop_at_the_hourly_limit() {
+    // Six nodes: 2% is 0.12, so the default allows one isolation an hour.
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    let first = commands(&p.apply(&feed.failure("a", "n1", FailureKind::EccError)));
+    assert_eq!(first[0].action, CommandAction::IsolateNode);
+    let out = p.apply(&feed.failure("a", "n2", FailureKind::EccError));
+    assert!(commands(&out).is_empty());
+    let reason = decision(&out).reason;
+    assert!(
+        reason.contains("1 nodes isolated within the last hour, the limit is 1")
+            && reason.contains("needs an operator"),
+        "{reason}"
+    );
+    let state = p.cluster("a").unwrap();
+    assert!(state.nodes["n2"].health.schedulable());
+    assert!(state.jobs["big"].nodes.contains(&"n2".to_string()));
+    // An hour later the window has moved on.
+    feed.tick(3_600);
+    let later = commands(&p.apply(&feed.failure("a", "n3", FailureKind::EccError)));
+    assert_eq!(later[0].action, CommandAction::IsolateNode);
+    assert_eq!(later[0].nodes, ["n3"]);
+
+    // A configured limit replaces the 2%.
+    let config = PlannerConfig {
+        max_isolations_per_hour: Some(2),
+        ..PlannerConfig::default()
+    };
+    let mut p = Planner::new(config, CommandSigner::from_seed("test", [1; 32]));
+    let mut feed = Feed::new();
+    two_jobs(&mut p, &mut feed, "a");
+    for (node, isolated) in [("n1", true), ("n2", true), ("n3", false)] {
+        let cmds = commands(&p.apply(&feed.failure("a", node, FailureKind::EccError)));
+        assert_eq!(
+            cmds.first().map(|c| c.action) == Some(CommandAction::IsolateNode),
+            isolated,
+            "{node}"
+        );
+    }
+}
+
+#[test]
+fn a_schedulers_verdict_takes_nodes_out_without_a_command() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    two_jobs(&mut p, &mut feed, "a");
+    // Slurm says n6 is down: small loses it, nothing is isolated.
+    let out = p.apply(&feed.node_event("a", "n6", ClusterEventKind::NodeDown, "Not responding"));
+    let cmds = commands(&out);
+    assert!(
+        cmds.iter().all(|c| c.action != CommandAction::IsolateNode),
+        "{cmds:?}"
+    );
+    assert!(!nodes_of(&p, "a", "small").contains(&"n6".to_string()));
+    assert!(!nodes_of(&p, "a", "big").contains(&"n6".to_string()));
+    assert!(decision(&out).reason.contains("n6 down (Not responding)"));
+    // Said again (a poller restarted): no second action.
+    let again = p.apply(&feed.node_event("a", "n6", ClusterEventKind::NodeDown, "Not responding"));
+    assert!(commands(&again).is_empty());
+    assert!(decision(&again).reason.contains("already out of service"));
+    // A node unicron isolated first and Slurm marks down later: no action.
+    commands(&p.apply(&feed.failure("a", "n1", FailureKind::EccError)));
+    let late = p.apply(&feed.node_event("a", "n1", ClusterEventKind::NodeDown, "Not responding"));
+    assert!(commands(&late).is_empty());
+    // An operator's drain takes a node out the same way.
+    let drained = p.apply(&feed.node_event("a", "n5", ClusterEventKind::NodeDrained, "bad fan"));
+    assert!(!nodes_of(&p, "a", "small").contains(&"n5".to_string()));
+    assert!(
+        commands(&drained)
+            .iter()
+            .all(|c| c.action != CommandAction::IsolateNode)
+    );
+    // Back in service: no return_node for a node unicron never drained.
+    let back = p.apply(&feed.node_event("a", "n6", ClusterEventKind::NodeRepaired, "idle"));
+    let cmds = commands(&back);
+    assert!(
+        cmds.iter().all(|c| c.action != CommandAction::ReturnNode),
+        "{cmds:?}"
+    );
+    assert!(p.cluster("a").unwrap().nodes["n6"].health.schedulable());
 }
 
 #[test]
@@ -353,6 +439,7 @@ fn random_stream(seed: u64, len: usize) -> Vec<Input> {
                         job: None,
                         address: None,
                         launch: None,
+                        reason: None,
                     }),
                 )
             }

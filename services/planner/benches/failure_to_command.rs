@@ -24,6 +24,7 @@ fn cluster_event(
         job,
         address: None,
         launch: None,
+        reason: None,
     }
 }
 

@@ -61,6 +61,7 @@ impl Harness {
                 job: None,
                 address: None,
                 launch: None,
+                reason: None,
             })
             .await;
         }
@@ -92,6 +93,7 @@ impl Harness {
             }),
             address: None,
             launch: None,
+            reason: None,
         })
         .await;
     }
@@ -213,6 +215,7 @@ async fn garbage_input_is_dead_lettered_and_processing_goes_on() {
         job: None,
         address: None,
         launch: None,
+        reason: None,
     })
     .await;
     h.setup_cluster("c1").await;

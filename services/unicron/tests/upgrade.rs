@@ -72,10 +72,24 @@ fn replay_of_an_archive_recorded_by_bf74118_finds_no_divergence() {
 #[test]
 fn decisions_of_bf74118_replay_the_same_under_the_current_defaults() {
     // The detector's defaults changed since (its re-derived failures differ:
-    // 5 s heartbeats miss the current 3 s deadline); the planner's did not,
-    // and its decisions follow the recorded failures.
-    let (_, stdout, report) = replay(None);
+    // 5 s heartbeats miss the current 3 s deadline); of the planner's, only
+    // the hourly isolation limit is new, and its decisions follow the
+    // recorded failures.
+    let tmp = tempfile::tempdir().unwrap();
+    let no_limit = tmp.path().join("no-limit.toml");
+    std::fs::write(
+        &no_limit,
+        "[planner.tuning]\nmax_isolations_per_hour = 1000\n",
+    )
+    .unwrap();
+    let (_, stdout, report) = replay(Some(&no_limit));
     assert_eq!(count(&report, "decisions", "compared"), 44, "{stdout}");
     assert_eq!(count(&report, "decisions", "identical"), 44, "{stdout}");
     assert_eq!(count(&report, "decisions", "diverged"), 0, "{stdout}");
+    // With the limit (1 node an hour for 16 nodes), the old run's second
+    // isolation within the hour is refused: replay shows where.
+    let (ok, stdout, report) = replay(None);
+    assert!(!ok);
+    assert!(count(&report, "decisions", "diverged") > 0, "{stdout}");
+    assert!(stdout.contains("the limit is 1"), "{stdout}");
 }

@@ -257,6 +257,7 @@ impl Sim {
                 job: None,
                 address: None,
                 launch: None,
+                reason: None,
             }));
         }
         for (id, job) in &self.jobs {
@@ -275,6 +276,7 @@ impl Sim {
                 )),
                 address: None,
                 launch: None,
+                reason: None,
             }));
         }
     }
@@ -330,6 +332,7 @@ impl Sim {
                     job: None,
                     address: None,
                     launch: None,
+                    reason: None,
                 }));
             }
         }
@@ -777,6 +780,15 @@ impl Sim {
                 Ok(ms(base))
             }
             CommandAction::Pause => job().map(|_| 0),
+            // The simulated scheduler has no drain to lift: the repair
+            // already put the node back.
+            CommandAction::ReturnNode => {
+                let node = request.nodes.first().ok_or("return_node names no node")?;
+                if !self.nodes.contains_key(node) {
+                    return Err(format!("no such node `{node}`"));
+                }
+                Ok(0)
+            }
             CommandAction::Unknown => Err("unknown action".into()),
         }
     }
@@ -917,7 +929,7 @@ impl Sim {
                 job.nodes.clear();
                 job.phase = Phase::Paused;
             }
-            CommandAction::Unknown => {}
+            CommandAction::ReturnNode | CommandAction::Unknown => {}
         }
     }
 

@@ -142,6 +142,7 @@ pub fn cluster(full: bool) -> ClusterEvent {
         }),
         address: None,
         launch: None,
+        reason: (!full).then(|| "slurm: idle".into()),
     }
 }
 

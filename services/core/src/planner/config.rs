@@ -49,6 +49,12 @@ pub struct PlannerConfig {
     pub escalation_window_s: f64,
     /// Alternatives recorded in a decision, best first.
     pub alternatives: usize,
+    /// Blast radius: nodes a cluster may have isolated within an hour of
+    /// event time. Past it a SEV1 decides "needs an operator" and isolates
+    /// nothing, so a bug or a fabric-wide event cannot drain the fleet.
+    /// `None`: 2% of the cluster's nodes, at least 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_isolations_per_hour: Option<u32>,
 }
 
 impl Default for PlannerConfig {
@@ -66,11 +72,24 @@ impl Default for PlannerConfig {
             escalation_repeats: 2,
             escalation_window_s: 300.0,
             alternatives: 4,
+            max_isolations_per_hour: None,
         }
     }
 }
 
+/// Share of a cluster's nodes that may be isolated within an hour when
+/// `max_isolations_per_hour` is unset.
+pub const DEFAULT_ISOLATION_SHARE: f64 = 0.02;
+
 impl PlannerConfig {
+    /// Nodes of a cluster of `nodes` that may be isolated within an hour.
+    pub fn isolation_limit(&self, nodes: usize) -> usize {
+        self.max_isolations_per_hour.map_or_else(
+            || ((nodes as f64 * DEFAULT_ISOLATION_SHARE).ceil() as usize).max(1),
+            |n| n as usize,
+        )
+    }
+
     /// Configured D_transition of an action, seconds.
     pub fn transition_s(&self, action: CommandAction) -> f64 {
         match action {

@@ -29,6 +29,9 @@ use crate::signing::CommandSigner;
 /// to different decisions, so replay can tell a bug from a policy change.
 pub const POLICY_VERSION: &str = "2";
 
+/// The blast-radius window: isolations are counted over an hour.
+const ISOLATION_WINDOW_MS: i64 = 3_600_000;
+
 /// Failure times kept per node and per cluster.
 const HISTORY: usize = 64;
 
@@ -434,7 +437,7 @@ fn on_failure(
         kind: f.kind,
         severity,
     };
-    let mut plan = policy.on_failure(config, state, &hit);
+    let mut plan = plan_failure(config, policy, state, &hit);
     if severity != base {
         plan.reason = format!(
             "escalated from {base} after {repeats} repeats within {}s; {}",
@@ -497,6 +500,7 @@ fn on_cluster_event(
             .ok_or_else(|| format!("{:?} without job_id", e.kind))
     };
     let mut hit_job = None;
+    let mut return_node = None;
     let ref_id = match e.kind {
         ClusterEventKind::JobSubmitted | ClusterEventKind::JobUpdated => {
             let id = need_job()?;
@@ -546,7 +550,8 @@ fn on_cluster_event(
             });
             // An agent announces its node every time it starts; only
             // node_repaired gives back a node that was taken out.
-            let taken_out = matches!(node.health, Health::Isolated | Health::Repairing);
+            let isolated = matches!(node.health, Health::Isolated | Health::Repairing);
+            let taken_out = isolated || node.health == Health::Held;
             if e.kind == ClusterEventKind::NodeRepaired || !taken_out {
                 node.health = Health::Healthy;
             }
@@ -555,6 +560,40 @@ fn on_cluster_event(
             }
             if e.gpus.is_some() {
                 node.gpus = gpus;
+            }
+            if e.kind == ClusterEventKind::NodeRepaired && isolated {
+                // unicron took it out, so unicron gives it back to the
+                // scheduler (Slurm: RESUME of its own drain).
+                return_node = Some(id.clone());
+            }
+            id
+        }
+        ClusterEventKind::NodeDown | ClusterEventKind::NodeDrained => {
+            let id = need_node()?;
+            let health = state.nodes.get(&id).map(|n| n.health);
+            if !health.is_some_and(Health::schedulable) {
+                // Unknown, or already out (isolated by unicron, or held):
+                // the scheduler's verdict changes nothing.
+                let why = match health {
+                    None => "a node the planner does not know",
+                    Some(_) => "already out of service",
+                };
+                let plan = policy::with_snapshot(
+                    config,
+                    state,
+                    Vec::new(),
+                    format!("scheduler reports {id} {}: {why}", scheduler_word(e)),
+                );
+                return Ok(Planned {
+                    trigger_kind: "cluster_event",
+                    ref_id: id,
+                    plan,
+                    failure_id: None,
+                });
+            }
+            hit_job = replan::detach(state, &id);
+            if let Some(node) = state.nodes.get_mut(&id) {
+                node.health = Health::Held;
             }
             id
         }
@@ -566,13 +605,82 @@ fn on_cluster_event(
         }
         ClusterEventKind::Unknown => return Err("cluster event of unknown kind".into()),
     };
-    let plan = policy.on_capacity_change(config, state, hit_job.as_deref());
+    let mut plan = policy.on_capacity_change(config, state, hit_job.as_deref());
+    if matches!(
+        e.kind,
+        ClusterEventKind::NodeDown | ClusterEventKind::NodeDrained
+    ) {
+        plan.reason = format!(
+            "scheduler reports {ref_id} {}: out of plans; {}",
+            scheduler_word(e),
+            plan.reason
+        );
+    }
+    if let Some(node) = return_node {
+        plan.actions.insert(0, policy::return_action(&node));
+        plan.reason = format!("{node} repaired: give it back; {}", plan.reason);
+    }
     Ok(Planned {
         trigger_kind: "cluster_event",
         ref_id,
         plan,
         failure_id: None,
     })
+}
+
+/// `down (Not responding)`: the event's kind and the scheduler's reason.
+fn scheduler_word(e: &ClusterEvent) -> String {
+    let word = match e.kind {
+        ClusterEventKind::NodeDown => "down",
+        _ => "drained",
+    };
+    match e.reason.as_deref().filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{word} ({reason})"),
+        None => word.to_string(),
+    }
+}
+
+/// Why a SEV1 on a node still in service must not isolate it: the
+/// cluster's hourly isolation limit is reached.
+fn isolation_refused(config: &PlannerConfig, state: &ClusterState, hit: &Hit) -> Option<String> {
+    if hit.severity != Severity::Sev1 {
+        return None;
+    }
+    let node = hit.node.as_deref()?;
+    if !state
+        .nodes
+        .get(node)
+        .is_some_and(|n| n.health.schedulable())
+    {
+        return None;
+    }
+    let since = state.watermark_ms - ISOLATION_WINDOW_MS;
+    let recent = state
+        .nodes
+        .values()
+        .filter(|n| matches!(n.health, Health::Isolated | Health::Repairing))
+        .filter(|n| n.failures.last().is_some_and(|t| *t >= since))
+        .count();
+    let limit = config.isolation_limit(state.nodes.len());
+    (recent >= limit).then(|| {
+        format!(
+            "{} on {node}: {recent} nodes isolated within the last hour, the limit is {limit}; nothing more is isolated, needs an operator",
+            hit.kind.symbol()
+        )
+    })
+}
+
+/// The policy's plan for `hit`, unless the isolation limit stops it.
+fn plan_failure(
+    config: &PlannerConfig,
+    policy: &dyn Policy,
+    state: &mut ClusterState,
+    hit: &Hit,
+) -> Plan {
+    match isolation_refused(config, state, hit) {
+        Some(reason) => policy::with_snapshot(config, state, Vec::new(), reason),
+        None => policy.on_failure(config, state, hit),
+    }
 }
 
 fn on_result(
@@ -695,7 +803,7 @@ fn on_result(
                         kind: crate::taxonomy::FailureKind::Unknown,
                         severity,
                     };
-                    let mut plan = policy.on_failure(config, state, &hit);
+                    let mut plan = plan_failure(config, policy, state, &hit);
                     plan.reason = format!(
                         "{:?} failed ({why}); escalate to {severity}: {}",
                         flight.action, plan.reason

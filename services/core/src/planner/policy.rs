@@ -90,6 +90,18 @@ fn isolate_action(node: &str, severity: Severity) -> Action {
     }
 }
 
+/// Gives `node` back to the scheduler after its repair.
+pub(crate) fn return_action(node: &str) -> Action {
+    Action {
+        action: CommandAction::ReturnNode,
+        job: None,
+        nodes: vec![node.to_string()],
+        restore_from: None,
+        severity: Severity::Unknown,
+        node: Some(node.to_string()),
+    }
+}
+
 /// Unicron: SEV3 reattempt in place, SEV2 restart from the nearest replica,
 /// SEV1 isolate and re-plan every job with the dynamic programme.
 pub struct Unicron;

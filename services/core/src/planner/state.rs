@@ -21,6 +21,10 @@ pub enum Health {
     Isolated,
     /// Isolation done; with the operators until `node_repaired`.
     Repairing,
+    /// The scheduler holds it out (reported down, or drained by someone
+    /// else): out of plans until `node_repaired`, and not unicron's to give
+    /// back.
+    Held,
 }
 
 impl Health {

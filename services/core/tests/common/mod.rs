@@ -48,8 +48,23 @@ impl Feed {
                 job: None,
                 address: None,
                 launch: None,
+                reason: None,
             }),
         )
+    }
+
+    /// A node event of `kind`, as a scheduler's poller sends it.
+    pub fn node_event(
+        &mut self,
+        cluster: &str,
+        node: &str,
+        kind: ClusterEventKind,
+        reason: &str,
+    ) -> Input {
+        let mut event = ClusterEvent::new(cluster, self.tick(1), kind);
+        event.node = Some(node.into());
+        event.reason = Some(reason.into());
+        self.input("unicron.cluster", InputEvent::Cluster(event))
     }
 
     pub fn job(
@@ -85,6 +100,7 @@ impl Feed {
                 }),
                 address: None,
                 launch: None,
+                reason: None,
             }),
         )
     }
