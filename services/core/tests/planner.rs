@@ -733,7 +733,14 @@ fn a_spent_restart_budget_needs_an_operator() {
 fn an_agent_restarting_on_an_isolated_node_does_not_give_it_back() {
     let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
     agent_jobs(&mut p, &mut feed, None);
-    p.apply(&feed.failure("c", "n4", FailureKind::EccError));
+    let job_on_n4 = p.cluster("c").unwrap().job_on("n4").unwrap().to_string();
+    let cmds = commands(&p.apply(&feed.failure("c", "n4", FailureKind::EccError)));
+    // The isolation names the agent job n4 leaves, for the scheduler.
+    assert_eq!(cmds[0].action, CommandAction::IsolateNode);
+    assert_eq!(cmds[0].job.as_deref(), Some(job_on_n4.as_str()));
+    // Its agent dying after the isolation changes nothing more.
+    let lost = commands(&p.apply(&feed.failure("c", "n4", FailureKind::LostConnection)));
+    assert!(lost.is_empty(), "{lost:?}");
     assert_eq!(
         p.cluster("c").unwrap().nodes["n4"].health,
         planner::Health::Isolated

@@ -195,7 +195,7 @@ impl Planner {
                 decision_id: decision_id.clone(),
                 time_ms,
                 action: action.action,
-                job: action.job.clone(),
+                job: action.job.clone().or_else(|| action.leaves.clone()),
                 nodes,
                 restore_from: action.restore_from.clone(),
                 causation: failure_id
@@ -677,10 +677,29 @@ fn plan_failure(
     state: &mut ClusterState,
     hit: &Hit,
 ) -> Plan {
-    match isolation_refused(config, state, hit) {
-        Some(reason) => policy::with_snapshot(config, state, Vec::new(), reason),
-        None => policy.on_failure(config, state, hit),
+    if let Some(reason) = isolation_refused(config, state, hit) {
+        return policy::with_snapshot(config, state, Vec::new(), reason);
     }
+    // A node already out of service that runs nothing (its agent dying
+    // after the isolation, say): there is nothing left to take out.
+    if let Some(node) = hit.node.as_deref()
+        && hit.job.is_none()
+        && state
+            .nodes
+            .get(node)
+            .is_some_and(|n| !n.health.schedulable())
+    {
+        return policy::with_snapshot(
+            config,
+            state,
+            Vec::new(),
+            format!(
+                "{} on {node}, already out of service: nothing to do",
+                hit.kind.symbol()
+            ),
+        );
+    }
+    policy.on_failure(config, state, hit)
 }
 
 fn on_result(

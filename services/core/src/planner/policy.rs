@@ -79,7 +79,17 @@ fn restart(state: &ClusterState, hit: &Hit, job: &str) -> Action {
     action
 }
 
-fn isolate_action(node: &str, severity: Severity) -> Action {
+/// Isolation of `node`, taken from job `from`. The command names the job
+/// only if unicron agents run it: they carry on without the node, so a
+/// scheduler may release it from the job's allocation. Other jobs'
+/// allocations stay the scheduler's business.
+fn isolate_action(
+    state: &ClusterState,
+    node: &str,
+    from: Option<&str>,
+    severity: Severity,
+) -> Action {
+    let leaves = from.filter(|j| state.jobs.get(*j).is_some_and(|j| j.launch.is_some()));
     Action {
         action: CommandAction::IsolateNode,
         job: None,
@@ -87,6 +97,7 @@ fn isolate_action(node: &str, severity: Severity) -> Action {
         restore_from: None,
         severity,
         node: Some(node.to_string()),
+        leaves: leaves.map(str::to_string),
     }
 }
 
@@ -99,6 +110,7 @@ pub(crate) fn return_action(node: &str) -> Action {
         restore_from: None,
         severity: Severity::Unknown,
         node: Some(node.to_string()),
+        leaves: None,
     }
 }
 
@@ -119,7 +131,10 @@ impl Policy for Unicron {
                 let hit_jobs: BTreeSet<String> =
                     lost_from.iter().chain(hit.job.iter()).cloned().collect();
                 let mut plan = replan::replan_all(config, state, &hit_jobs, hit.severity);
-                plan.actions.insert(0, isolate_action(node, hit.severity));
+                plan.actions.insert(
+                    0,
+                    isolate_action(state, node, lost_from.as_deref(), hit.severity),
+                );
                 plan.reason = format!("{what}: isolate {node}; {}", plan.reason);
                 plan
             }
@@ -222,8 +237,14 @@ impl Policy for CheckpointRestart {
         let mut actions = Vec::new();
         let mut job = hit.job.clone();
         if let (Severity::Sev1, Some(node)) = (hit.severity, hit.node.as_deref()) {
-            job = replan::isolate(state, node).or(job);
-            actions.push(isolate_action(node, hit.severity));
+            let lost_from = replan::isolate(state, node);
+            actions.push(isolate_action(
+                state,
+                node,
+                lost_from.as_deref(),
+                hit.severity,
+            ));
+            job = lost_from.or(job);
         }
         match job {
             Some(job) if hit.severity == Severity::Sev1 && hit.node.is_some() => {
@@ -302,8 +323,14 @@ impl Policy for ElasticSingleJob {
         let what = describe(hit);
         match (hit.severity, hit.node.as_deref()) {
             (Severity::Sev1, Some(node)) => {
-                let job = replan::isolate(state, node).or(hit.job.clone());
-                let mut actions = vec![isolate_action(node, hit.severity)];
+                let lost_from = replan::isolate(state, node);
+                let mut actions = vec![isolate_action(
+                    state,
+                    node,
+                    lost_from.as_deref(),
+                    hit.severity,
+                )];
+                let job = lost_from.or(hit.job.clone());
                 if let Some(job) = job {
                     let target = state.jobs.get(&job).map_or(0, |j| j.peak_gpus);
                     actions.extend(Self::resize(

@@ -20,6 +20,10 @@ pub struct Action {
     pub severity: Severity,
     /// The node at fault, if any.
     pub node: Option<String>,
+    /// isolate_node: the job the node is taken from. Named in the command
+    /// (not tracked in flight) so a scheduler can release the node from
+    /// that job's allocation.
+    pub leaves: Option<String>,
 }
 
 impl Action {
@@ -31,6 +35,7 @@ impl Action {
             restore_from: None,
             severity,
             node: None,
+            leaves: None,
         }
     }
 }
@@ -210,6 +215,7 @@ pub fn place(
         nodes,
         severity,
         node: None,
+        leaves: None,
     })
 }
 
