@@ -134,6 +134,16 @@ impl Planner {
         {
             return Vec::new(); // a re-delivered failure: already acted on
         }
+        if let InputEvent::Cluster(e) = &input.event
+            && e.kind == ClusterEventKind::JobFinished
+            && e.job_id
+                .as_ref()
+                .is_some_and(|j| !state.jobs.contains_key(j))
+        {
+            // A scheduler's job unicron does not plan, or one already
+            // finished (its agent and the scheduler both say so).
+            return Vec::new();
+        }
         let before = state.clone();
         let digest = inputs_digest(state, input);
         state.watermark_ms = state.watermark_ms.max(input.event.time_ms());
