@@ -315,6 +315,11 @@ fn a_schedulers_verdict_takes_nodes_out_without_a_command() {
         "{cmds:?}"
     );
     assert!(p.cluster("a").unwrap().nodes["n6"].health.schedulable());
+    // The end of a Slurm job unicron does not plan: no decision at all.
+    let mut other = ClusterEvent::new("a", feed.tick(1), ClusterEventKind::JobFinished);
+    other.job_id = Some("someone-elses".into());
+    let input = feed.input("unicron.cluster", InputEvent::Cluster(other));
+    assert!(p.apply(&input).is_empty());
 }
 
 #[test]
