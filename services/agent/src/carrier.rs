@@ -53,7 +53,12 @@ impl Carrier for AgentCarrier {
         if self.settings.observe_only || command.time_ms < self.history_before_ms {
             return Part::None;
         }
-        agent::part(&self.settings.node, self.declared(), command)
+        agent::part(
+            &self.settings.node,
+            self.declared(),
+            self.settings.scheduler_isolates,
+            command,
+        )
     }
 
     async fn act(&mut self, command: &Command) -> Done {

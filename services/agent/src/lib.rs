@@ -15,6 +15,7 @@ mod procfs;
 mod progress;
 mod report;
 mod settings;
+mod slurm_env;
 mod supervisor;
 
 use std::future::Future;
@@ -29,6 +30,7 @@ use unicron_runtime::{Durability, RuntimeOptions, StartFrom};
 pub use error::AgentError;
 pub use progress::ProgressPatterns;
 pub use settings::{AgentSettings, JobSettings};
+pub use slurm_env::SlurmStep;
 
 use crate::carrier::AgentCarrier;
 use crate::report::{Reporter, now_ms, send_all};

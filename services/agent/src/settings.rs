@@ -48,6 +48,10 @@ pub struct AgentSettings {
     pub buffer_records: usize,
     /// Detect and report, act on no command.
     pub observe_only: bool,
+    /// An executor isolates nodes through the scheduler (Slurm) and its
+    /// result is the isolation's: the agent stops its workers silently.
+    /// Default: on under Slurm (`SLURM_JOB_ID` set), off elsewhere.
+    pub scheduler_isolates: bool,
     /// py-spy's path, for stacks of workers stopped after a failure; unset:
     /// looked up on PATH, and skipped if absent.
     pub py_spy: Option<PathBuf>,
@@ -71,6 +75,7 @@ impl Default for AgentSettings {
             max_lines_per_s: 200,
             buffer_records: 20_000,
             observe_only: false,
+            scheduler_isolates: false,
             py_spy: None,
             jobs: Vec::new(),
         }

@@ -38,11 +38,20 @@ pub enum AgentStep {
 /// yes to, takes part in `command`. Decided from the command and the
 /// agent's configuration only, so the answer is the same before and after
 /// it acts. Only a node a command names answers; an agent that must stop a
-/// job's workers because a re-plan dropped its node acts silently.
-pub fn part(node: &str, declared: impl Fn(&str) -> bool, command: &Command) -> Part {
+/// job's workers because a re-plan dropped its node acts silently. Where
+/// the scheduler isolates nodes (`scheduler_isolates`: an executor drains
+/// them in Slurm), the executor's result is the isolation's and the agent
+/// only stops its workers.
+pub fn part(
+    node: &str,
+    declared: impl Fn(&str) -> bool,
+    scheduler_isolates: bool,
+    command: &Command,
+) -> Part {
     let named = command.nodes.iter().any(|n| n == node);
     let local_job = command.job.as_deref().is_some_and(&declared);
     match command.action {
+        CommandAction::IsolateNode if named && scheduler_isolates => Part::Silent,
         CommandAction::IsolateNode if named => Part::Answer,
         CommandAction::IsolateNode => Part::None,
         // The scheduler's executor gives the node back; the agent starts
@@ -165,7 +174,7 @@ mod tests {
     #[test]
     fn named_nodes_start_with_their_rank_and_others_stop_silently() {
         let c = command(CommandAction::Reconfigure, Some("a"), &["n2", "n4"], true);
-        assert_eq!(part("n4", both, &c), Part::Answer);
+        assert_eq!(part("n4", both, false, &c), Part::Answer);
         let AgentStep::Start(role) = step("n4", both, Some("b"), &c) else {
             panic!("n4 is named")
         };
@@ -174,7 +183,7 @@ mod tests {
             (role.master_addr.as_str(), role.master_port),
             ("10.0.0.2", 29503)
         );
-        assert_eq!(part("n1", both, &c), Part::Silent);
+        assert_eq!(part("n1", both, false, &c), Part::Silent);
         assert_eq!(
             step("n1", both, Some("a"), &c),
             AgentStep::Stop {
@@ -182,7 +191,7 @@ mod tests {
             }
         );
         assert_eq!(step("n1", both, Some("b"), &c), AgentStep::Nothing);
-        assert_eq!(part("n1", |j| j == "b", &c), Part::None);
+        assert_eq!(part("n1", |j| j == "b", false, &c), Part::None);
     }
 
     #[test]
@@ -193,14 +202,15 @@ mod tests {
             AgentStep::Refuse(_)
         ));
         let plain = command(CommandAction::Restart, Some("a"), &["n1"], false);
-        assert_eq!(part("n1", both, &plain), Part::None);
+        assert_eq!(part("n1", both, false, &plain), Part::None);
     }
 
     #[test]
     fn isolation_stops_everything_on_the_named_node_only() {
         let c = command(CommandAction::IsolateNode, None, &["n3"], false);
-        assert_eq!(part("n3", both, &c), Part::Answer);
-        assert_eq!(part("n2", both, &c), Part::None);
+        assert_eq!(part("n3", both, false, &c), Part::Answer);
+        assert_eq!(part("n3", both, true, &c), Part::Silent);
+        assert_eq!(part("n2", both, false, &c), Part::None);
         assert_eq!(
             step("n3", both, Some("a"), &c),
             AgentStep::Stop { job: None }

@@ -68,8 +68,8 @@ struct BackendCarrier {
 }
 
 impl Carrier for BackendCarrier {
-    fn part(&self, _command: &Command) -> Part {
-        Part::Answer
+    fn part(&self, command: &Command) -> Part {
+        self.backend.part(command)
     }
 
     async fn act(&mut self, command: &Command) -> Done {

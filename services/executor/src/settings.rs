@@ -67,6 +67,28 @@ pub enum BackendSettings {
     /// The HTTP backend pointed at `unicron-simulator` (`unicron sim`);
     /// `unicron up` sets it for its own simulator.
     Simulator { url: String },
+    /// Slurm through `scontrol`: isolate_node drains, return_node resumes
+    /// (only unicron's own drains); see docs/slurm.md.
+    Slurm {
+        /// Seconds each Slurm command may take.
+        #[serde(default = "default_slurm_timeout_s")]
+        timeout_s: f64,
+        /// Directory of Slurm's commands; unset: `PATH`.
+        #[serde(default)]
+        bin_dir: Option<PathBuf>,
+        /// Release an isolated node from the allocation of the agent job
+        /// it leaves, so it goes from draining to drained.
+        #[serde(default = "default_true")]
+        release_nodes: bool,
+    },
+}
+
+fn default_slurm_timeout_s() -> f64 {
+    10.0
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Request timeout of the HTTP and simulator backends, seconds.
@@ -141,7 +163,7 @@ impl ExecutorSettings {
         }
         if self.backend.is_none() {
             return Err(config(
-                "executor.backend: required (kind = \"http\", \"exec\" or \"simulator\"; docs/executor.md)",
+                "executor.backend: required (kind = \"http\", \"exec\", \"slurm\" or \"simulator\"; docs/executor.md)",
             ));
         }
         if self.public_keys.is_empty() {
@@ -197,6 +219,9 @@ impl BackendSettings {
                 seconds("executor.backend.timeout_s", *timeout_s)
             }
             BackendSettings::Simulator { url } => http_url(url),
+            BackendSettings::Slurm { timeout_s, .. } => {
+                seconds("executor.backend.timeout_s", *timeout_s)
+            }
             BackendSettings::Exec {
                 program,
                 args,

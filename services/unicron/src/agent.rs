@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use unicron_agent::{AgentSettings, JobSettings};
+use unicron_agent::{AgentSettings, JobSettings, SlurmStep};
 
 use crate::cli::UsageError;
 use crate::config::Config;
@@ -28,14 +28,14 @@ pub struct AgentArgs {
     /// Where other nodes reach this one (MASTER_ADDR when it has rank 0); default the node name.
     #[arg(long)]
     address: Option<String>,
-    /// The job the program after `--` belongs to.
+    /// The job the program after `--` belongs to; under Slurm default the Slurm job's name.
     #[arg(long)]
     job: Option<String>,
     #[arg(long, default_value_t = 1)]
     nproc_per_node: u32,
     #[arg(long, default_value_t = 1)]
     min_nodes: u32,
-    /// Default: --min-nodes.
+    /// Default: --min-nodes, or under Slurm the nodes of the allocation.
     #[arg(long)]
     max_nodes: Option<u32>,
     /// Priority weight of the job in the planner's objective.
@@ -69,8 +69,31 @@ pub struct AgentArgs {
 }
 
 /// The `[agent]` settings with the command line's overrides.
-fn settings(config: &Config, args: &AgentArgs) -> anyhow::Result<AgentSettings> {
+fn settings(
+    config: &Config,
+    args: &AgentArgs,
+    slurm: Option<&SlurmStep>,
+) -> anyhow::Result<AgentSettings> {
     let mut s = config.agent.clone();
+    // Under srun, Slurm's environment names the node, the cluster and the
+    // job; an executor drains nodes in Slurm, so isolation is its to answer.
+    if let Some(step) = slurm {
+        let fill = |target: &mut String, value: &Option<String>| {
+            if target.is_empty()
+                && let Some(v) = value
+            {
+                *target = v.clone();
+            }
+        };
+        fill(&mut s.node, &step.node);
+        fill(&mut s.cluster, &step.cluster);
+        s.scheduler_isolates = true;
+    }
+    let job = args
+        .job
+        .clone()
+        .or_else(|| slurm.and_then(|step| step.job_name.clone()));
+    let allocation = slurm.map_or(0, |step| step.nodes.len() as u32);
     let set = |target: &mut String, value: &Option<String>| {
         if let Some(v) = value {
             *target = v.clone();
@@ -97,7 +120,7 @@ fn settings(config: &Config, args: &AgentArgs) -> anyhow::Result<AgentSettings> 
         s.stop_grace_s = grace;
     }
     s.observe_only |= args.observe_only;
-    match (&args.job, args.command.is_empty()) {
+    match (&job, args.command.is_empty()) {
         (Some(id), false) => {
             s.jobs.retain(|j| &j.id != id);
             s.jobs.push(JobSettings {
@@ -105,7 +128,8 @@ fn settings(config: &Config, args: &AgentArgs) -> anyhow::Result<AgentSettings> 
                 command: args.command.clone(),
                 nproc_per_node: args.nproc_per_node,
                 min_nodes: args.min_nodes,
-                max_nodes: args.max_nodes.unwrap_or(args.min_nodes),
+                // Under Slurm: at most the allocation's nodes.
+                max_nodes: args.max_nodes.unwrap_or(allocation.max(args.min_nodes)),
                 weight: args.weight,
                 progress_patterns: args.progress_pattern.clone(),
                 workdir: args.workdir.clone(),
@@ -145,7 +169,9 @@ fn read_key(path: &Path) -> anyhow::Result<(String, String)> {
 
 pub async fn run(config: &Config, args: &AgentArgs) -> anyhow::Result<()> {
     let mut stop = Stop::listen()?;
-    let settings = settings(config, args)?;
+    let slurm = SlurmStep::from_env(|name| std::env::var(name).ok())
+        .map_err(|e| UsageError(format!("Slurm environment: {e}")))?;
+    let settings = settings(config, args, slurm.as_ref())?;
     let Some(brokers) = args
         .brokers
         .clone()
@@ -172,6 +198,13 @@ pub async fn run(config: &Config, args: &AgentArgs) -> anyhow::Result<()> {
             ""
         }
     );
+    if let Some(step) = &slurm {
+        println!(
+            "agent: in Slurm job {} (allocation {}); isolation is the executor's to answer",
+            step.job_id,
+            step.nodes.join(",")
+        );
+    }
     let _metrics = crate::services::serve_metrics(config, false).await?;
     unicron_agent::run(&config.kafka, &brokers, settings, async {
         stop.wait().await;

@@ -407,6 +407,7 @@ fn describe(backend: &BackendSettings) -> String {
         BackendSettings::Http { url, .. } => format!("http {url}"),
         BackendSettings::Exec { program, .. } => format!("exec {program}"),
         BackendSettings::Simulator { url } => format!("simulator {url}"),
+        BackendSettings::Slurm { .. } => "slurm (scontrol)".to_string(),
     }
 }
 

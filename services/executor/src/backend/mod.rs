@@ -4,11 +4,12 @@
 
 pub(crate) mod exec;
 mod http;
+mod slurm;
 
 use std::time::{Duration, Instant};
 
 use unicron_core::Command;
-use unicron_core::executor::{Backoff, Outcome};
+use unicron_core::executor::{Backoff, Outcome, Part};
 
 use crate::error::ExecutorError;
 use crate::settings::{BackendSettings, DEFAULT_HTTP_TIMEOUT_S};
@@ -57,6 +58,7 @@ impl Attempt {
 pub enum Backend {
     Http(http::HttpBackend),
     Exec(exec::ExecBackend),
+    Slurm(slurm::SlurmBackend),
 }
 
 impl Backend {
@@ -81,7 +83,26 @@ impl Backend {
                 args,
                 timeout_s,
             } => Backend::Exec(exec::ExecBackend::new(program, args, secs(*timeout_s))),
+            BackendSettings::Slurm {
+                timeout_s,
+                bin_dir,
+                release_nodes,
+            } => Backend::Slurm(slurm::SlurmBackend::new(
+                bin_dir.clone(),
+                secs(*timeout_s),
+                *release_nodes,
+            )),
         })
+    }
+
+    /// Whether this backend answers `command`. Under Slurm the workers of
+    /// a job unicron agents run (its start commands carry a rendezvous)
+    /// are the agents' to restart, and they answer for them.
+    pub fn part(&self, command: &Command) -> Part {
+        match self {
+            Backend::Slurm(_) if command.rendezvous.is_some() => Part::None,
+            _ => Part::Answer,
+        }
     }
 
     /// Carries out `command`, retrying transient errors as `backoff` says.
@@ -94,6 +115,7 @@ impl Backend {
             let answer = match self {
                 Backend::Http(backend) => backend.attempt(command, attempt).await,
                 Backend::Exec(backend) => backend.attempt(command, attempt).await,
+                Backend::Slurm(backend) => backend.attempt(command, attempt).await,
             };
             let measured_ms = started.elapsed().as_millis().min(i64::MAX as u128) as i64;
             match answer {

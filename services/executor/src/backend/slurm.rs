@@ -1,0 +1,161 @@
+//! The Slurm backend: nodes are isolated and given back through Slurm;
+//! jobs run by unicron agents are restarted and shrunk by the agents
+//! inside their allocation, so only the node (and, for isolation, the
+//! allocation it leaves) is Slurm's business here. Jobs Slurm runs without
+//! agents are requeued, Slurm's own restart.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use unicron_core::executor::Outcome;
+use unicron_core::{Command, CommandAction};
+use unicron_slurm::{REASON_PREFIX, Slurm, SlurmError};
+
+use super::Attempt;
+
+pub struct SlurmBackend {
+    slurm: Slurm,
+    /// Release an isolated node from the allocation of the agent job it
+    /// leaves (`scontrol update JobId=J NodeList=...`).
+    release_nodes: bool,
+}
+
+impl SlurmBackend {
+    pub fn new(bin_dir: Option<PathBuf>, timeout: Duration, release_nodes: bool) -> SlurmBackend {
+        SlurmBackend {
+            slurm: Slurm::new(bin_dir, timeout),
+            release_nodes,
+        }
+    }
+
+    pub(crate) async fn attempt(&self, command: &Command, _attempt: u32) -> Attempt {
+        let done = match command.action {
+            CommandAction::IsolateNode => self.isolate(command).await,
+            CommandAction::ReturnNode => self.give_back(command).await,
+            CommandAction::Reattempt
+            | CommandAction::Restart
+            | CommandAction::Reconfigure
+            | CommandAction::Resume
+            | CommandAction::Pause => self.requeue(command).await,
+            CommandAction::Unknown => Ok(Err("unknown action".to_string())),
+        };
+        match done {
+            Ok(Ok(reason)) => Attempt::Answer {
+                outcome: Outcome::Succeeded,
+                reason: Some(reason),
+                duration_ms: None,
+                completed_ms: None,
+            },
+            Ok(Err(reason)) => Attempt::failed(reason),
+            Err(error) if passing(&error) => Attempt::Transient(error.to_string()),
+            Err(error) => Attempt::failed(error.to_string()),
+        }
+    }
+
+    /// DRAIN with unicron's reason, unless someone else's drain is on the
+    /// node already (theirs stays, and says more than ours would).
+    async fn isolate(&self, command: &Command) -> Answer {
+        let name = one_node(command)?;
+        let node = self.slurm.node(name).await?;
+        let mut done = if node.drained() && !node.drained_by_unicron() {
+            format!("left as it is: {name} is already drained ({})", node.reason)
+        } else if node.drained_by_unicron() {
+            format!("{name} already drained by unicron ({})", node.reason)
+        } else {
+            let why = command.causation.first().unwrap_or(&command.decision_id);
+            let reason = format!("{REASON_PREFIX} {why}");
+            self.slurm.drain(name, &reason).await?;
+            format!("{name} drained: {reason}")
+        };
+        if let (true, Some(job)) = (self.release_nodes, command.job.as_deref()) {
+            let jobs = self.slurm.jobs().await?;
+            let holding = jobs.iter().find(|j| {
+                j.name == job && j.state == "RUNNING" && j.nodes.iter().any(|n| n == name)
+            });
+            if let Some(held) = holding {
+                let rest: Vec<String> = held.nodes.iter().filter(|n| *n != name).cloned().collect();
+                if rest.is_empty() {
+                    done.push_str(&format!("; Slurm job {} has no other node, kept", held.id));
+                } else {
+                    self.slurm.keep_nodes(held.id, &rest).await?;
+                    done.push_str(&format!(
+                        "; Slurm job {} shrunk to {}",
+                        held.id,
+                        rest.join(",")
+                    ));
+                }
+            }
+        }
+        Ok(Ok(done))
+    }
+
+    /// RESUME, only if unicron's own drain is on the node.
+    async fn give_back(&self, command: &Command) -> Answer {
+        let name = one_node(command)?;
+        let node = self.slurm.node(name).await?;
+        if !node.drained() {
+            return Ok(Ok(format!("{name} is not drained")));
+        }
+        if !node.drained_by_unicron() {
+            return Ok(Ok(format!(
+                "left as it is: {name} was drained by someone else ({})",
+                node.reason
+            )));
+        }
+        self.slurm.resume(name).await?;
+        Ok(Ok(format!("{name} resumed")))
+    }
+
+    /// A job without agents restarts the Slurm way: requeued (held, for a
+    /// pause). Slurm starts it again after the credential lifetime.
+    async fn requeue(&self, command: &Command) -> Answer {
+        let Some(job) = command.job.as_deref() else {
+            return Ok(Err(format!("{} names no job", command.action.symbol())));
+        };
+        let jobs = self.slurm.jobs().await?;
+        let Some(found) = jobs
+            .iter()
+            .find(|j| j.name == job && matches!(j.state.as_str(), "RUNNING" | "PENDING"))
+        else {
+            return Ok(Err(format!(
+                "no running or pending Slurm job named `{job}`"
+            )));
+        };
+        if command.action == CommandAction::Pause {
+            let id = found.id.to_string();
+            self.slurm.run("scontrol", &["requeuehold", &id]).await?;
+            return Ok(Ok(format!("Slurm job {id} requeued and held")));
+        }
+        self.slurm.requeue(found.id).await?;
+        Ok(Ok(format!("Slurm job {} requeued", found.id)))
+    }
+}
+
+/// Slurm answered (`Ok`: what was done, `Err`: why not), or could not be
+/// asked.
+type Answer = Result<Result<String, String>, SlurmError>;
+
+fn one_node(command: &Command) -> Result<&str, SlurmError> {
+    match command.nodes.as_slice() {
+        [node] => Ok(node),
+        nodes => Err(SlurmError::Failed {
+            command: command.action.symbol().into(),
+            status: "not sent".into(),
+            message: format!("names {} nodes, not one", nodes.len()),
+        }),
+    }
+}
+
+/// Trouble that may pass: no answer in time, or a controller that cannot
+/// be reached. Retried by the executor's backoff; a Slurm that answers no
+/// is final.
+fn passing(error: &SlurmError) -> bool {
+    match error {
+        SlurmError::Timeout { .. } => true,
+        SlurmError::Failed { message, .. } => {
+            message.contains("Unable to contact slurm controller")
+                || message.contains("Socket timed out")
+        }
+        SlurmError::Missing { .. } | SlurmError::Parse { .. } => false,
+    }
+}
