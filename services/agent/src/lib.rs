@@ -110,6 +110,18 @@ pub async fn run(
     let name = format!("agent/{}", settings.node);
     let mut processor = CommandProcessor::new(kafka, gate, carrier, &name);
     tracing::info!(cluster = %settings.cluster, node = %settings.node, jobs = settings.jobs.len(), observe_only = settings.observe_only, "agent starting");
+    // Under Slurm the agent is a job step: it ends with its job, so the
+    // allocation is given back.
+    let done = supervisor.lock().await.done();
+    let exit_when_done = settings.exit_when_done;
+    let shutdown = async move {
+        tokio::select! {
+            _ = shutdown => {}
+            _ = done.notified(), if exit_when_done => {
+                tracing::info!("the job finished here; the agent exits");
+            }
+        }
+    };
     let result = unicron_runtime::run(kafka, brokers, &options, &mut processor, shutdown).await;
     beats.abort();
     let stopped = supervisor

@@ -52,6 +52,10 @@ pub struct AgentSettings {
     /// result is the isolation's: the agent stops its workers silently.
     /// Default: on under Slurm (`SLURM_JOB_ID` set), off elsewhere.
     pub scheduler_isolates: bool,
+    /// Exit once this node's workers of a job have all exited 0. Default:
+    /// on under Slurm, where the agent is a job step and the allocation
+    /// ends with it; off elsewhere (a node agent stays for the next job).
+    pub exit_when_done: bool,
     /// py-spy's path, for stacks of workers stopped after a failure; unset:
     /// looked up on PATH, and skipped if absent.
     pub py_spy: Option<PathBuf>,
@@ -76,6 +80,7 @@ impl Default for AgentSettings {
             buffer_records: 20_000,
             observe_only: false,
             scheduler_isolates: false,
+            exit_when_done: false,
             py_spy: None,
             jobs: Vec::new(),
         }

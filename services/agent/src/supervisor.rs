@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::process::Command;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use unicron_core::agent::Role;
 use unicron_core::{AgentEventKind, ClusterEventKind, WorkerChange, WorkerReport};
 
@@ -54,6 +54,8 @@ pub struct Supervisor {
     settings: Arc<AgentSettings>,
     reporter: Arc<Reporter>,
     running: Option<Running>,
+    /// Told when every local worker of a job has exited 0.
+    done: Arc<Notify>,
 }
 
 impl Supervisor {
@@ -62,7 +64,13 @@ impl Supervisor {
             settings,
             reporter,
             running: None,
+            done: Arc::new(Notify::new()),
         }
+    }
+
+    /// Notified (once, with a stored permit) when a job finishes here.
+    pub fn done(&self) -> Arc<Notify> {
+        self.done.clone()
     }
 
     /// The job whose workers run here, if any still do.
@@ -179,6 +187,7 @@ impl Supervisor {
         let reporter = self.reporter.clone();
         let (job_id, generation, by) = (job.id.clone(), role.generation, stopped_by.clone());
         let (finishing, first_node) = (finishing.clone(), role.node_rank == 0);
+        let done = self.done.clone();
         tokio::spawn(async move {
             let status = child.wait().await;
             let mut event = reporter.event(AgentEventKind::ProcessExit, Some(&job_id), Some(rank));
@@ -203,15 +212,15 @@ impl Supervisor {
             let _ = exited_tx.send(true);
             // Every local worker finished cleanly: the job is done here;
             // the first node says so for the job.
-            if stopper.is_none()
-                && code == Some(0)
-                && finishing.fetch_sub(1, Ordering::SeqCst) == 1
-                && first_node
+            if stopper.is_none() && code == Some(0) && finishing.fetch_sub(1, Ordering::SeqCst) == 1
             {
-                let mut finished = reporter.cluster_event(ClusterEventKind::JobFinished);
-                finished.job_id = Some(job_id.clone());
-                reporter.send(Outgoing::Cluster(finished));
+                if first_node {
+                    let mut finished = reporter.cluster_event(ClusterEventKind::JobFinished);
+                    finished.job_id = Some(job_id.clone());
+                    reporter.send(Outgoing::Cluster(finished));
+                }
                 tracing::info!(job = %job_id, "job finished");
+                done.notify_one();
             }
         });
         Ok(Worker {

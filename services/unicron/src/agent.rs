@@ -88,6 +88,7 @@ fn settings(
         fill(&mut s.node, &step.node);
         fill(&mut s.cluster, &step.cluster);
         s.scheduler_isolates = true;
+        s.exit_when_done = true;
     }
     let job = args
         .job

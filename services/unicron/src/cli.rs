@@ -43,6 +43,9 @@ pub enum Command {
     /// Run a node agent: start and supervise the node's share of a training job's workers
     /// (torchrun's variables), report them, carry out the planner's commands for this node.
     Agent(crate::agent::AgentArgs),
+    /// Watch a Slurm cluster: node state (down, not responding, drained by others, back) and
+    /// job ends from scontrol/sinfo/squeue into the cluster topic, changes only.
+    SlurmWatch(crate::slurm::SlurmWatchArgs),
     /// Run the archiver against `kafka.brokers`: every topic to Avro files in `archiver.dir`.
     Archiver,
     #[cfg(feature = "simulator")]
@@ -224,6 +227,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Executor => crate::services::executor(&config).await,
         Command::Archiver => crate::services::archiver(&config).await,
         Command::Agent(args) => crate::agent::run(&config, &args).await,
+        Command::SlurmWatch(args) => crate::slurm::run(&config, &args).await,
         #[cfg(feature = "simulator")]
         Command::Sim {
             duration,

@@ -33,6 +33,7 @@ const ENV_SECTIONS: &[&str] = &[
     #[cfg(feature = "simulator")]
     "sim__",
     "status__",
+    "slurm__",
 ];
 
 /// The whole configuration of the `unicron` binary.
@@ -46,6 +47,8 @@ pub struct Config {
     pub detector: DetectorSettings,
     pub executor: ExecutorSettings,
     pub agent: unicron_agent::AgentSettings,
+    /// `unicron slurm-watch`: Slurm's node and job state into the cluster topic.
+    pub slurm: unicron_slurm::PollerSettings,
     /// Only in a binary with the simulator; without it `[sim]` is an unknown section.
     #[cfg(feature = "simulator")]
     pub sim: SimConfig,

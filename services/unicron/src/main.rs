@@ -13,6 +13,7 @@ mod logging;
 mod plan;
 mod replay;
 mod services;
+mod slurm;
 // `up` alone stops the page before its broker.
 #[cfg_attr(not(feature = "simulator"), allow(dead_code))]
 mod status;

@@ -226,6 +226,34 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             run_dir.join("planner.pub").display()
         );
     }
+    // A Slurm cluster's node state, when one is configured.
+    if !config.slurm.cluster.is_empty() {
+        config
+            .slurm
+            .validate()
+            .map_err(|e| crate::cli::UsageError(format!("config: {e}")))?;
+        println!(
+            "slurm-watch: cluster {} every {}s",
+            config.slurm.cluster, config.slurm.poll_interval_s
+        );
+        let (kafka, at, settings) = (
+            config.kafka.clone(),
+            bootstrap.clone(),
+            config.slurm.clone(),
+        );
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        stops.push(stop);
+        services.push((
+            "slurm-watch",
+            tokio::spawn(async move {
+                unicron_slurm::run_poller(&settings, &kafka, &at, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .context("slurm-watch")
+            }),
+        ));
+    }
     if let (Some(sim), Some(c)) = (&sim, &sim_config) {
         println!(
             "sim: cluster {}, {} nodes x {} GPUs, {} jobs, seed {}, speed {}x, actions at http://{}/actions",
