@@ -772,6 +772,35 @@ fn a_lone_survivor_still_sees_the_others_go_silent() {
 }
 
 #[test]
+fn a_second_loss_among_three_nodes_is_seen_as_fast_as_the_first() {
+    let mut h = Harness::with(DetectorConfig::default());
+    // n2 dies at 10 s; n1 at 20 s, with only n0 left beating.
+    for s in 0..40 {
+        let t = T0 + s * 1000;
+        h.heartbeat("n0", None, t);
+        if s < 20 {
+            h.heartbeat("n1", None, t);
+        }
+        if s < 10 {
+            h.heartbeat("n2", None, t);
+        }
+    }
+    let lost: Vec<_> = h
+        .failures
+        .iter()
+        .map(|f| (f.node.clone().unwrap(), f.detected_ms))
+        .collect();
+    assert_eq!(lost.len(), 2, "{lost:?}");
+    assert_eq!(lost[1].0, "n1");
+    // Not held back by the first lost node's stale clock (30 s of skew).
+    let delay = lost[1].1 - (T0 + 19_000);
+    assert!(
+        (3_000..=5_000).contains(&delay),
+        "{delay} ms after n1's last beat"
+    );
+}
+
+#[test]
 fn an_idle_tick_releases_a_held_symptom_on_a_quiet_input() {
     let mut h = Harness::with(DetectorConfig::default());
     // The cluster's only input: one log line, then nothing.

@@ -743,9 +743,15 @@ fn an_agent_restarting_on_an_isolated_node_does_not_give_it_back() {
     // The isolation names the agent job n4 leaves, for the scheduler.
     assert_eq!(cmds[0].action, CommandAction::IsolateNode);
     assert_eq!(cmds[0].job.as_deref(), Some(job_on_n4.as_str()));
-    // Its agent dying after the isolation changes nothing more.
-    let lost = commands(&p.apply(&feed.failure("c", "n4", FailureKind::LostConnection)));
-    assert!(lost.is_empty(), "{lost:?}");
+    // Its agent dying after the isolation changes nothing more, though
+    // the detector still names the job the node ran.
+    let mut lost = feed.failure("c", "n4", FailureKind::LostConnection);
+    if let InputEvent::Failure(f) = &mut lost.event {
+        f.job = Some(job_on_n4.clone());
+    }
+    let out = p.apply(&lost);
+    assert!(commands(&out).is_empty(), "{out:?}");
+    assert!(decision(&out).reason.contains("already out of service"));
     assert_eq!(
         p.cluster("c").unwrap().nodes["n4"].health,
         planner::Health::Isolated

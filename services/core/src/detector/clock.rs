@@ -62,6 +62,15 @@ impl ClusterClock {
         self.newest_ms = self.newest_ms.max(self.skew_bounded(config));
     }
 
+    /// Stops counting `node` among the reporting nodes until it reports
+    /// again (it was found lost).
+    pub fn forget(&mut self, node: &str, config: &DetectorConfig) {
+        if let Some(t) = self.node_times.remove(node) {
+            self.ranked.remove(&(t, node.to_string()));
+            self.newest_ms = self.newest_ms.max(self.skew_bounded(config));
+        }
+    }
+
     /// An idle tick: not a node's report, only the clock moves.
     pub fn tick(&mut self, time_ms: i64) {
         self.newest_ms = self.newest_ms.max(Some(time_ms));

@@ -78,6 +78,10 @@ impl ClusterView {
             }
             view.lost_at_ms = Some(view.lost_at_ms.map_or(at, |t| t.max(at)));
         }
+        // A lost node's last time no longer counts as a clock that runs
+        // behind: with it, two silent nodes of three would hold the clock
+        // back by max_clock_skew_s and hide the second loss that long.
+        self.clock.forget(node, config);
     }
 }
 

@@ -690,14 +690,19 @@ fn plan_failure(
     if let Some(reason) = isolation_refused(config, state, hit) {
         return policy::with_snapshot(config, state, Vec::new(), reason);
     }
-    // A node already out of service that runs nothing (its agent dying
-    // after the isolation, say): there is nothing left to take out.
+    // A node already out of service, no longer in the job named (its agent
+    // dying after the isolation, say): there is nothing left to take out.
     if let Some(node) = hit.node.as_deref()
-        && hit.job.is_none()
         && state
             .nodes
             .get(node)
             .is_some_and(|n| !n.health.schedulable())
+        && hit.job.as_ref().is_none_or(|j| {
+            !state
+                .jobs
+                .get(j)
+                .is_some_and(|job| job.nodes.iter().any(|n| n == node))
+        })
     {
         return policy::with_snapshot(
             config,
