@@ -12,11 +12,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::Running;
-use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, KafkaConfig};
+use common::{Running, now_ms, read, signal, wait_for};
 use unicron_core::{
     AgentEvent, AgentEventKind, Command as Cmd, CommandAction, FailureEvent, FailureKind,
     LogRecord, WorkerChange,
@@ -53,15 +51,6 @@ fn train_args(dir: &Path, job: &str) -> Vec<String> {
         dir.join(format!("fail-{job}")).display().to_string(),
     ]
     .into()
-}
-
-fn read<T: AvroRecord>(brokers: &str, topic: &str) -> Vec<T> {
-    let codec = AvroCodec::<T>::default();
-    unicron_bus::history::read_topic(&KafkaConfig::default(), brokers, topic)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|r| codec.decode(&r.payload).ok())
-        .collect()
 }
 
 fn failures(brokers: &str) -> Vec<FailureEvent> {
@@ -172,24 +161,6 @@ impl Measured {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-fn wait_for<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < within, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 /// The job and worker pid an agent started last, from its log.
 fn worker_of(dir: &Path, node: &str) -> Option<(String, i32)> {
     let log = std::fs::read_to_string(dir.join(format!("{node}.err"))).ok()?;
@@ -213,14 +184,6 @@ fn placement(brokers: &str) -> BTreeMap<String, Vec<String>> {
         }
     }
     out
-}
-
-fn signal(pid: i32, name: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{name}"), pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{name} {pid}");
 }
 
 /// Waits for the one failure a fault causes, then for quiet, and checks

@@ -51,3 +51,42 @@ pub fn spawn_listening(
     }
     running
 }
+
+/// Every record of `topic` that decodes as `T`, in partition order.
+pub fn read<T: unicron_bus::schemas::AvroRecord>(brokers: &str, topic: &str) -> Vec<T> {
+    let codec = unicron_bus::AvroCodec::<T>::default();
+    unicron_bus::history::read_topic(&unicron_bus::KafkaConfig::default(), brokers, topic)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| codec.decode(&r.payload).ok())
+        .collect()
+}
+
+/// Wall-clock ms since the epoch, the time agents stamp their events with.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Polls `f` every 300 ms until it gives a value; fails after `within`.
+pub fn wait_for<T>(what: &str, within: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < within, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
+
+/// `kill -NAME pid`, which must succeed.
+pub fn signal(pid: i32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
