@@ -1,0 +1,615 @@
+//! unicron against a real Slurm (Debian's slurm-wlm and munge): a
+//! controller and three `slurmd -N nX` daemons on this machine, one node
+//! each, on loopback. A real `sbatch --no-kill` job runs the example
+//! PyTorch job under `unicron agent` (one agent per node as a job step);
+//! `unicron up --no-sim` runs broker, detector, planner, the executor with
+//! the Slurm backend, and the Slurm poller.
+//!
+//! 1. An ECC Xid line in n2's kernel log: n2 is drained in Slurm with
+//!    unicron's reason, released from the job's allocation, and the job
+//!    goes on training on n1 and n3.
+//! 2. n3's slurmd and agent killed: the node loss is detected from missing
+//!    heartbeats within seconds; Slurm's own verdict (NOT_RESPONDING/DOWN,
+//!    about SlurmdTimeout later) arrives as a cluster event and causes no
+//!    second action.
+//!
+//! The job finishes on n1, and replay of the run finds no divergence.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Running, now_ms, read, signal, wait_for};
+use unicron_core::{
+    AgentEvent, AgentEventKind, ClusterEvent, ClusterEventKind, Command as Cmd, CommandAction,
+    Decision, FailureEvent, FailureKind, WorkerChange,
+};
+use unicron_slurm::json::{JobView, NodeView, parse_jobs, parse_nodes};
+
+const PYTHON: &str = "/usr/bin/python3";
+const CLUSTER: &str = "unicrontest";
+const JOB: &str = "gpt";
+const STEPS: u32 = 400;
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+/// Slurm marks a silent slurmd NOT_RESPONDING, then DOWN, after this.
+const SLURMD_TIMEOUT_S: u32 = 10;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn output(program: &str, args: &[&str]) -> String {
+    String::from_utf8_lossy(&Command::new(program).args(args).output().unwrap().stdout)
+        .trim()
+        .to_string()
+}
+
+/// munged, slurmctld and one slurmd per node, in `dir`, stopped on drop.
+struct SlurmCluster {
+    dir: PathBuf,
+    conf: PathBuf,
+    munged: Option<Running>,
+    slurmctld: Option<Running>,
+    slurmd: BTreeMap<String, Running>,
+}
+
+impl SlurmCluster {
+    fn start(dir: &Path) -> SlurmCluster {
+        for program in ["munged", "slurmctld", "slurmd", "sbatch", "scontrol"] {
+            let found = Command::new("sh")
+                .args(["-c", &format!("command -v {program}")])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            assert!(
+                found,
+                "{program} not found: Debian's slurm-wlm and munge are needed (.ci/run installs them)"
+            );
+        }
+        let dir = dir.join("slurm");
+        for sub in ["munge", "state", "log", "spool"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.join("munge"), std::fs::Permissions::from_mode(0o700))
+                .unwrap();
+        }
+        let key = dir.join("munge/munge.key");
+        let mut bytes = vec![0u8; 1024];
+        {
+            use std::io::Read;
+            std::fs::File::open("/dev/urandom")
+                .unwrap()
+                .read_exact(&mut bytes)
+                .unwrap();
+        }
+        std::fs::write(&key, &bytes).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let socket = dir.join("munge/munge.sock");
+        let munge = |name: &str| dir.join("munge").join(name);
+        let log = |name: &str| std::fs::File::create(dir.join("log").join(name)).unwrap();
+        let munged = Running(
+            Command::new("munged")
+                .args(["--force", "--foreground"])
+                .arg(format!("--socket={}", socket.display()))
+                .arg(format!("--key-file={}", key.display()))
+                .arg(format!("--log-file={}", munge("munged.log").display()))
+                .arg(format!("--pid-file={}", munge("munged.pid").display()))
+                .arg(format!("--seed-file={}", munge("munged.seed").display()))
+                .stdin(Stdio::null())
+                .stdout(log("munged.out"))
+                .stderr(log("munged.err"))
+                .spawn()
+                .expect("munged"),
+        );
+        wait_for("munged's socket", Duration::from_secs(10), || {
+            socket.exists().then_some(())
+        });
+
+        let host = output("hostname", &[]);
+        let user = output("id", &["-un"]);
+        let d = dir.display();
+        let mut conf = format!(
+            "ClusterName={CLUSTER}\n\
+             SlurmctldHost={host}\n\
+             SlurmctldPort={}\n\
+             SlurmUser={user}\n\
+             AuthType=auth/munge\n\
+             AuthInfo=socket={}\n\
+             CredType=cred/munge\n\
+             StateSaveLocation={d}/state\n\
+             SlurmdSpoolDir={d}/spool/%n\n\
+             SlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmdPidFile={d}/slurmd-%n.pid\n\
+             SlurmctldLogFile={d}/log/slurmctld.log\n\
+             SlurmdLogFile={d}/log/slurmd-%n.log\n\
+             ProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\n\
+             SelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_Core\n\
+             ReturnToService=2\n\
+             JobRequeue=1\n\
+             SlurmdTimeout={SLURMD_TIMEOUT_S}\n\
+             KillWait=2\n\
+             MpiDefault=none\n\
+             MailProg=/bin/true\n",
+            free_port(),
+            socket.display()
+        );
+        for node in NODES {
+            conf += &format!(
+                "NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={} CPUs=2 RealMemory=1000\n",
+                free_port()
+            );
+        }
+        conf += "PartitionName=train Nodes=n[1-3] Default=YES State=UP OverSubscribe=YES\n";
+        let conf_path = dir.join("slurm.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+
+        let slurmctld = Running(
+            Command::new("slurmctld")
+                .args(["-D", "-i", "-f"])
+                .arg(&conf_path)
+                .stdin(Stdio::null())
+                .stdout(log("slurmctld.out"))
+                .stderr(log("slurmctld.err"))
+                .spawn()
+                .expect("slurmctld"),
+        );
+        let mut cluster = SlurmCluster {
+            dir: dir.clone(),
+            conf: conf_path,
+            munged: Some(munged),
+            slurmctld: Some(slurmctld),
+            slurmd: BTreeMap::new(),
+        };
+        for node in NODES {
+            cluster.start_slurmd(node);
+        }
+        wait_for("three idle Slurm nodes", Duration::from_secs(60), || {
+            let nodes = cluster.nodes().ok()?;
+            (nodes.len() == 3 && nodes.iter().all(|n| n.states.contains("IDLE"))).then_some(())
+        });
+        cluster
+    }
+
+    fn start_slurmd(&mut self, node: &str) {
+        std::fs::create_dir_all(self.dir.join("spool").join(node)).unwrap();
+        let log = |name: String| std::fs::File::create(self.dir.join("log").join(name)).unwrap();
+        let child = Command::new("slurmd")
+            .args(["-D", "-N", node, "-f"])
+            .arg(&self.conf)
+            .env("SLURM_CONF", &self.conf)
+            .stdin(Stdio::null())
+            .stdout(log(format!("slurmd-{node}.out")))
+            .stderr(log(format!("slurmd-{node}.err")))
+            .spawn()
+            .expect("slurmd");
+        self.slurmd.insert(node.to_string(), Running(child));
+    }
+
+    /// A Slurm client command with this cluster's configuration.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", &self.conf);
+        command
+    }
+
+    fn json(&self, program: &str, args: &[&str]) -> Result<String, String> {
+        let out = self
+            .command(program)
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// Slurm 22.05 lists nodes with `sinfo --json`.
+    fn nodes(&self) -> Result<Vec<NodeView>, String> {
+        parse_nodes(&self.json("sinfo", &["--json"])?)
+    }
+
+    fn node(&self, name: &str) -> NodeView {
+        self.nodes()
+            .unwrap()
+            .into_iter()
+            .find(|n| n.name == name)
+            .unwrap()
+    }
+
+    fn job(&self, id: u64) -> Option<JobView> {
+        parse_jobs(&self.json("squeue", &["--json"]).ok()?)
+            .ok()?
+            .into_iter()
+            .find(|j| j.id == id)
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        // Jobs first, so no step outlives its slurmd; then the daemons;
+        // then whatever a dead slurmd left running (slurmstepd, srun,
+        // agents, workers: all carry this cluster's SLURM_CONF).
+        let _ = self
+            .command("scancel")
+            .arg("--full")
+            .arg("--partition=train")
+            .status();
+        for _ in 0..20 {
+            if self
+                .json("squeue", &["-h"])
+                .is_ok_and(|out| out.trim().is_empty())
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        self.slurmd.clear();
+        self.slurmctld.take();
+        self.munged.take();
+        let marker = format!("SLURM_CONF={}", self.conf.display());
+        for pid in pids_where("environ", &marker) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// The event time a fault was injected at, and the failure it caused.
+fn failure_after(brokers: &str, before: usize) -> FailureEvent {
+    wait_for("the fault's failure", Duration::from_secs(30), || {
+        read::<FailureEvent>(brokers, "unicron.failures")
+            .get(before)
+            .cloned()
+    })
+}
+
+fn commands_of(brokers: &str, failure: &FailureEvent) -> Vec<Cmd> {
+    read::<Cmd>(brokers, "unicron.commands")
+        .into_iter()
+        .filter(|c| c.causation.first() == Some(&failure.id))
+        .collect()
+}
+
+/// The first iteration of `job` by workers that `caused` started, and
+/// when: recovery is over once the restarted workers train.
+fn first_step_after(brokers: &str, caused: &[Cmd]) -> Option<(i64, i64)> {
+    let ids: Vec<&str> = caused.iter().map(|c| c.id.as_str()).collect();
+    let events = read::<AgentEvent>(brokers, "unicron.agent");
+    let started = events
+        .iter()
+        .filter_map(|e| {
+            let w = e.worker.as_ref()?;
+            (w.change == WorkerChange::Started
+                && w.command_id.as_deref().is_some_and(|id| ids.contains(&id)))
+            .then_some(e.time_ms)
+        })
+        .max()?;
+    let mut steps: Vec<(i64, i64)> = events
+        .iter()
+        .filter(|e| e.kind == AgentEventKind::IterationDone && e.time_ms > started)
+        .filter_map(|e| Some((e.time_ms, e.iteration?)))
+        .collect();
+    steps.sort_unstable();
+    steps.first().copied()
+}
+
+/// The process ids whose `/proc/PID/<file>` (cmdline, environ) contains
+/// `needle`.
+fn pids_where(file: &str, needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/{file}"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+#[test]
+fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
+    let torch = Command::new(PYTHON)
+        .args([
+            "-c",
+            "import torch.distributed as d; assert d.is_gloo_available()",
+        ])
+        .status();
+    assert!(
+        torch.is_ok_and(|s| s.success()),
+        "Debian's python3-torch is needed (.ci/run installs it)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    // UNICRON_KEEP_TEST_DIR keeps the logs of a failed run to read.
+    let dir = &if std::env::var_os("UNICRON_KEEP_TEST_DIR").is_some() {
+        tmp.keep()
+    } else {
+        tmp.path().to_path_buf()
+    };
+    eprintln!("test directory: {}", dir.display());
+    let slurm = SlurmCluster::start(dir);
+    let exe = env!("CARGO_BIN_EXE_unicron");
+    let run = dir.join("run");
+    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+    // Two isolations in this test on three nodes: past the default 2%.
+    let config = format!(
+        "[metrics]\nenabled = false\n\n\
+         [planner.tuning]\nmax_isolations_per_hour = 2\n\n\
+         [executor]\ncluster = \"{CLUSTER}\"\nbackend = {{ kind = \"slurm\", timeout_s = 10.0 }}\n\n\
+         [slurm]\ncluster = \"{CLUSTER}\"\npoll_interval_s = 1.0\n"
+    );
+    std::fs::write(dir.join("unicron.toml"), config).unwrap();
+    let mut up = Running(
+        Command::new(exe)
+            .arg("--config")
+            .arg(dir.join("unicron.toml"))
+            .args([
+                "up",
+                "--no-sim",
+                "--no-status",
+                "--duration",
+                "900s",
+                "--archive",
+            ])
+            .arg(&run)
+            .current_dir(dir)
+            .env("SLURM_CONF", &slurm.conf)
+            .stdin(Stdio::null())
+            .stdout(log("up.out"))
+            .stderr(log("up.err"))
+            .spawn()
+            .unwrap(),
+    );
+    let brokers = wait_for("the run's broker file", Duration::from_secs(60), || {
+        std::fs::read_to_string(run.join("brokers"))
+            .ok()
+            .filter(|b| b.ends_with('\n'))
+            .map(|b| b.trim().to_string())
+    });
+
+    // The job: one agent per node as a job step, each with its own kernel
+    // log file (the test writes the Xid line there).
+    for node in NODES {
+        std::fs::write(dir.join(format!("kmsg-{node}")), "").unwrap();
+    }
+    let d = dir.display();
+    let train = repo().join("examples/torch-gpt/train.py");
+    let agent = format!(
+        "exec {exe} agent --brokers {brokers} --planner-key {pubkey} --address 127.0.0.1 \
+         --kernel-log {d}/kmsg-$SLURMD_NODENAME --state-dir {d}/state-$SLURMD_NODENAME \
+         --stop-grace-s 2 --master-port 29700 \
+         -- {PYTHON} {train} --steps {STEPS} --checkpoint-every 20 --checkpoint-dir {d}/ck \
+         --step-sleep 0.05 --global-batch 12 \
+         >>{d}/agent-$SLURMD_NODENAME.out 2>>{d}/agent-$SLURMD_NODENAME.err",
+        pubkey = run.join("planner.pub").display(),
+        train = train.display(),
+    );
+    let script = format!(
+        "#!/bin/sh\n\
+         #SBATCH --job-name={JOB}\n\
+         #SBATCH --nodes=3\n\
+         #SBATCH --no-kill\n\
+         #SBATCH --open-mode=append\n\
+         #SBATCH --output={d}/job-%j.out\n\
+         srun --no-kill --kill-on-bad-exit=0 --ntasks-per-node=1 sh -c '{agent}'\n"
+    );
+    std::fs::write(dir.join("job.sh"), script).unwrap();
+    let submitted = slurm
+        .command("sbatch")
+        .arg("--parsable")
+        .arg(dir.join("job.sh"))
+        .current_dir(dir)
+        .env("UNICRON_METRICS__ENABLED", "false")
+        .output()
+        .unwrap();
+    assert!(
+        submitted.status.success(),
+        "sbatch: {}",
+        String::from_utf8_lossy(&submitted.stderr)
+    );
+    let job_id: u64 = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+
+    let progress = |since_ms: i64| {
+        read::<AgentEvent>(&brokers, "unicron.agent")
+            .into_iter()
+            .filter(|e| e.kind == AgentEventKind::IterationDone && e.time_ms > since_ms)
+            .filter_map(|e| e.iteration)
+            .max()
+    };
+    let placed = || {
+        read::<Cmd>(&brokers, "unicron.commands")
+            .into_iter()
+            .filter(|c| c.rendezvous.is_some())
+            .next_back()
+            .map(|c| c.nodes)
+    };
+    wait_for(
+        "the job training on three nodes",
+        Duration::from_secs(120),
+        || (placed()? == NODES && progress(0)? >= 10).then_some(()),
+    );
+    assert!(read::<FailureEvent>(&brokers, "unicron.failures").is_empty());
+
+    // 1. An uncorrectable ECC error on n2, as the kernel prints it.
+    let t_ecc = now_ms();
+    std::fs::write(
+        dir.join("kmsg-n2"),
+        "NVRM: Xid (PCI:0000:3b:00): 48, pid=4242, name=python3, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0.\n",
+    )
+    .unwrap();
+    let drained = wait_for("n2 drained in Slurm", Duration::from_secs(30), || {
+        let n2 = slurm.node("n2");
+        n2.drained().then_some(n2)
+    });
+    let drain_s = (now_ms() - t_ecc) as f64 / 1000.0;
+    assert!(drained.drained_by_unicron(), "{drained:?}");
+    let ecc = failure_after(&brokers, 0);
+    assert_eq!(ecc.kind, FailureKind::EccError);
+    assert_eq!(ecc.node.as_deref(), Some("n2"));
+    assert!(drained.reason.contains(&ecc.id), "{drained:?} {ecc:?}");
+    let caused = wait_for("the re-plan's commands", Duration::from_secs(10), || {
+        let caused = commands_of(&brokers, &ecc);
+        (caused.len() >= 2).then_some(caused)
+    });
+    assert_eq!(caused[0].action, CommandAction::IsolateNode);
+    assert_eq!(caused[0].job.as_deref(), Some(JOB));
+    let shrunk = wait_for(
+        "the allocation shrunk to n1,n3",
+        Duration::from_secs(30),
+        || {
+            let job = slurm.job(job_id)?;
+            (job.nodes == ["n1", "n3"]).then_some(job)
+        },
+    );
+    assert_eq!(shrunk.state, "RUNNING");
+    let (ecc_step_ms, _) = wait_for(
+        "training again on n1 and n3",
+        Duration::from_secs(90),
+        || first_step_after(&brokers, &caused),
+    );
+    assert_eq!(
+        caused.last().unwrap().nodes,
+        ["n1", "n3"],
+        "the job restarts on the two nodes it has left"
+    );
+    let ecc_step_s = (ecc_step_ms - t_ecc) as f64 / 1000.0;
+    println!("ecc: drained after {drain_s:.2}s, training again after {ecc_step_s:.2}s");
+
+    // 2. n3 dies: its slurmd and its agent are killed.
+    std::thread::sleep(Duration::from_secs(3));
+    let failures_before = read::<FailureEvent>(&brokers, "unicron.failures").len();
+    let agent_n3 = pids_where("cmdline", &format!("{d}/kmsg-n3"));
+    assert!(!agent_n3.is_empty(), "n3's agent runs");
+    let t_loss = now_ms();
+    slurm_kill(&slurm, "n3");
+    for pid in agent_n3 {
+        signal(pid, "KILL");
+    }
+    let lost = failure_after(&brokers, failures_before);
+    let loss_detect_s = (lost.detected_ms - t_loss) as f64 / 1000.0;
+    assert_eq!(lost.node.as_deref(), Some("n3"), "{lost:?}");
+    assert_eq!(lost.kind, FailureKind::LostConnection, "{lost:?}");
+    let caused = wait_for("the node loss's commands", Duration::from_secs(10), || {
+        let caused = commands_of(&brokers, &lost);
+        (caused.len() >= 2).then_some(caused)
+    });
+    assert_eq!(caused[0].action, CommandAction::IsolateNode);
+    let (loss_step_ms, _) = wait_for("training again on n1", Duration::from_secs(90), || {
+        first_step_after(&brokers, &caused)
+    });
+    println!(
+        "node loss: detected after {loss_detect_s:.2}s, training again after {:.2}s",
+        (loss_step_ms - t_loss) as f64 / 1000.0
+    );
+    // Slurm's own verdict, a SlurmdTimeout or two later: an event, and a
+    // decision that changes nothing.
+    let verdict = wait_for(
+        "Slurm's verdict on n3",
+        Duration::from_secs(u64::from(SLURMD_TIMEOUT_S) * 6),
+        || {
+            read::<ClusterEvent>(&brokers, "unicron.cluster")
+                .into_iter()
+                .find(|e| e.kind == ClusterEventKind::NodeDown && e.node.as_deref() == Some("n3"))
+        },
+    );
+    let verdict_s = (verdict.time_ms - t_loss) as f64 / 1000.0;
+    let decision = wait_for(
+        "the decision on Slurm's verdict",
+        Duration::from_secs(10),
+        || {
+            read::<Decision>(&brokers, "unicron.decisions")
+                .into_iter()
+                .find(|d| d.reason.contains("scheduler reports n3 down"))
+        },
+    );
+    assert!(decision.command_ids.is_empty(), "{decision:?}");
+    assert!(
+        decision.reason.contains("already out of service"),
+        "{decision:?}"
+    );
+    println!("slurm: n3 down after {verdict_s:.2}s: {}", decision.reason);
+
+    // The job finishes on n1; its agent exits and the allocation ends.
+    wait_for("the job to finish", Duration::from_secs(180), || {
+        slurm
+            .job(job_id)
+            .is_none_or(|j| j.state != "RUNNING")
+            .then_some(())
+    });
+    assert_eq!(
+        progress(0),
+        Some(i64::from(STEPS)),
+        "every step was trained"
+    );
+    assert!(
+        read::<ClusterEvent>(&brokers, "unicron.cluster")
+            .iter()
+            .any(|e| e.kind == ClusterEventKind::JobFinished && e.job_id.as_deref() == Some(JOB))
+    );
+    let isolations = read::<Cmd>(&brokers, "unicron.commands")
+        .into_iter()
+        .filter(|c| c.action == CommandAction::IsolateNode)
+        .count();
+    assert_eq!(
+        isolations, 2,
+        "one isolation per fault, none for Slurm's verdict"
+    );
+
+    if let Some(path) = std::env::var_os("UNICRON_SLURM_DEMO_JSON") {
+        let json = format!(
+            "{{\"ecc_to_drain_s\": {drain_s:.2}, \"ecc_to_training_s\": {ecc_step_s:.2}, \"node_loss_detect_s\": {loss_detect_s:.2}, \"node_loss_to_training_s\": {:.2}, \"slurm_verdict_s\": {verdict_s:.2}}}\n",
+            (loss_step_ms - t_loss) as f64 / 1000.0
+        );
+        std::fs::write(path, json).unwrap();
+    }
+
+    // Stop cleanly so the archive is complete, then replay it.
+    signal(up.0.id() as i32, "INT");
+    let _ = up.0.wait();
+    // With the run's configuration: its isolation limit decided too.
+    let replay = Command::new(exe)
+        .arg("--config")
+        .arg(dir.join("unicron.toml"))
+        .args(["replay", "--from-archive"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&replay.stdout);
+    println!("{text}");
+    assert!(
+        replay.status.success(),
+        "replay: {text}{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+}
+
+/// Kills `node`'s slurmd, as if the machine died.
+fn slurm_kill(slurm: &SlurmCluster, node: &str) {
+    let pid = slurm.slurmd[node].0.id() as i32;
+    signal(pid, "KILL");
+}
