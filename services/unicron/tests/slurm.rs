@@ -444,8 +444,7 @@ fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
     let placed = || {
         read::<Cmd>(&brokers, "unicron.commands")
             .into_iter()
-            .filter(|c| c.rendezvous.is_some())
-            .next_back()
+            .rfind(|c| c.rendezvous.is_some())
             .map(|c| c.nodes)
     };
     wait_for(
