@@ -129,6 +129,10 @@ pub async fn run(
         .await
         .stop(None, "agent-shutdown", false)
         .await;
+    // Its silence from now on is on purpose, not a node loss. (A killed
+    // agent says nothing, and is found lost by its missing heartbeats.)
+    let leaving = reporter.event(unicron_core::AgentEventKind::Leaving, None, None);
+    reporter.send(report::Outgoing::Agent(leaving));
     tracing::info!(stopped, dropped = reporter.dropped(), "agent stopped");
     drop(processor);
     drop(supervisor);

@@ -191,6 +191,7 @@ pub fn agent_event(c: &mut Cursor<'_>) -> Result<AgentEvent> {
             1 => AgentEventKind::ProcessExit,
             2 => AgentEventKind::IterationDone,
             3 => AgentEventKind::Unknown,
+            4 => AgentEventKind::Leaving,
             other => return Err(format!("AgentEventKind symbol {other}")),
         },
         job: optional(c, Cursor::string)?,
@@ -294,6 +295,7 @@ mod tests {
             AgentEventKind::ProcessExit,
             AgentEventKind::IterationDone,
             AgentEventKind::Unknown,
+            AgentEventKind::Leaving,
         ];
         for (i, kind) in kinds.into_iter().enumerate() {
             let some = i % 2 == 0;

@@ -59,6 +59,8 @@ pub enum AgentEventKind {
     ProcessExit,
     IterationDone,
     Unknown,
+    /// The agent exits cleanly: its heartbeats stop on purpose.
+    Leaving,
 }
 
 /// What a node agent observes (`unicron.agent`, key: node).

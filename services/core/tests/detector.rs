@@ -801,6 +801,30 @@ fn a_second_loss_among_three_nodes_is_seen_as_fast_as_the_first() {
 }
 
 #[test]
+fn an_agent_that_leaves_is_no_lost_node_until_it_beats_again() {
+    let mut h = Harness::with(DetectorConfig::default());
+    for s in 0..10 {
+        h.heartbeat("n0", None, T0 + s * 1000);
+        h.heartbeat("n1", None, T0 + s * 1000);
+    }
+    h.feed(
+        "unicron.agent",
+        Observation::Agent(agent("n1", None, T0 + 9_500, AgentEventKind::Leaving)),
+    );
+    for s in 10..30 {
+        h.heartbeat("n0", None, T0 + s * 1000);
+    }
+    assert!(h.failures.is_empty(), "{:#?}", h.failures);
+    // Back, and then silent without a word: lost.
+    h.heartbeat("n1", None, T0 + 30_000);
+    for s in 30..40 {
+        h.heartbeat("n0", None, T0 + s * 1000);
+    }
+    let lost: Vec<_> = h.failures.iter().map(|f| f.node.clone()).collect();
+    assert_eq!(lost, vec![Some("n1".to_string())]);
+}
+
+#[test]
 fn an_idle_tick_releases_a_held_symptom_on_a_quiet_input() {
     let mut h = Harness::with(DetectorConfig::default());
     // The cluster's only input: one log line, then nothing.

@@ -38,6 +38,40 @@ const NODES: [&str; 3] = ["n1", "n2", "n3"];
 /// Slurm marks a silent slurmd NOT_RESPONDING, then DOWN, after this.
 const SLURMD_TIMEOUT_S: u32 = 10;
 
+/// Seconds a job credential lives; a requeued job waits that long in
+/// `BeginTime`. Slurm's default is 120; the tests use 10 (the bench both).
+fn cred_expire_s() -> u32 {
+    std::env::var("UNICRON_SLURM_CRED_EXPIRE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10)
+}
+
+/// One Slurm cluster at a time: both tests train on this machine's cores.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A scratch directory; with UNICRON_KEEP_TEST_DIR set it is kept, to
+/// read the daemons' and agents' logs after a failure.
+struct TestDir(#[allow(dead_code)] Option<tempfile::TempDir>, PathBuf);
+
+impl TestDir {
+    fn new() -> TestDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().to_path_buf();
+        eprintln!("test directory: {}", path.display());
+        if std::env::var_os("UNICRON_KEEP_TEST_DIR").is_some() {
+            let _ = tmp.keep();
+            TestDir(None, path)
+        } else {
+            TestDir(Some(tmp), path)
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.1
+    }
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -132,7 +166,7 @@ impl SlurmCluster {
              SlurmctldPort={}\n\
              SlurmUser={user}\n\
              AuthType=auth/munge\n\
-             AuthInfo=socket={}\n\
+             AuthInfo=socket={},cred_expire={}\n\
              CredType=cred/munge\n\
              StateSaveLocation={d}/state\n\
              SlurmdSpoolDir={d}/spool/%n\n\
@@ -151,7 +185,8 @@ impl SlurmCluster {
              MpiDefault=none\n\
              MailProg=/bin/true\n",
             free_port(),
-            socket.display()
+            socket.display(),
+            cred_expire_s(),
         );
         for node in NODES {
             conf += &format!(
@@ -331,6 +366,7 @@ fn pids_where(file: &str, needle: &str) -> Vec<i32> {
 
 #[test]
 fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let torch = Command::new(PYTHON)
         .args([
             "-c",
@@ -341,14 +377,8 @@ fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
         torch.is_ok_and(|s| s.success()),
         "Debian's python3-torch is needed (.ci/run installs it)"
     );
-    let tmp = tempfile::tempdir().unwrap();
-    // UNICRON_KEEP_TEST_DIR keeps the logs of a failed run to read.
-    let dir = &if std::env::var_os("UNICRON_KEEP_TEST_DIR").is_some() {
-        tmp.keep()
-    } else {
-        tmp.path().to_path_buf()
-    };
-    eprintln!("test directory: {}", dir.display());
+    let tmp = TestDir::new();
+    let dir = tmp.path();
     let slurm = SlurmCluster::start(dir);
     let exe = env!("CARGO_BIN_EXE_unicron");
     let run = dir.join("run");
@@ -570,6 +600,9 @@ fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
             .iter()
             .any(|e| e.kind == ClusterEventKind::JobFinished && e.job_id.as_deref() == Some(JOB))
     );
+    // The agents left cleanly: their silence is no node loss.
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(!slurm.node("n1").drained(), "n1 stays in service");
     let isolations = read::<Cmd>(&brokers, "unicron.commands")
         .into_iter()
         .filter(|c| c.action == CommandAction::IsolateNode)
@@ -611,4 +644,101 @@ fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
 fn slurm_kill(slurm: &SlurmCluster, node: &str) {
     let pid = slurm.slurmd[node].0.id() as i32;
     signal(pid, "KILL");
+}
+
+/// The first `iteration N/` of `text`'s lines after `marker`.
+fn first_iteration_after(text: &str, marker: &str) -> Option<i64> {
+    let (_, after) = text.split_once(marker)?;
+    after.lines().find_map(|l| {
+        let rest = l.trim_start().strip_prefix("iteration")?;
+        rest.split('/').next()?.trim().parse().ok()
+    })
+}
+
+/// The baseline: a job without unicron, which Slurm requeues (what a
+/// failed node does to a job without `--no-kill`). It restarts on a
+/// fresh allocation after the credential lifetime, from its checkpoint,
+/// and its output file, opened for appending, keeps the first run's lines.
+#[test]
+fn slurms_own_requeue_restarts_a_job_from_its_checkpoint() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TestDir::new();
+    let dir = tmp.path();
+    let slurm = SlurmCluster::start(dir);
+    let d = dir.display();
+    let train = repo().join("examples/torch-gpt/train.py");
+    // torchrun's variables from Slurm's; a restart resumes from the newest
+    // checkpoint, as under torchrun --max-restarts.
+    let worker = format!(
+        "RANK=$SLURM_PROCID LOCAL_RANK=0 WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=1 \
+         MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29800 + ${{SLURM_RESTART_COUNT:-0}})) \
+         TORCHELASTIC_RESTART_COUNT=${{SLURM_RESTART_COUNT:-0}} \
+         exec {PYTHON} {train} --steps 150 --checkpoint-every 10 --checkpoint-dir {d}/ck \
+         --step-sleep 0.05 --global-batch 12",
+        train = train.display()
+    );
+    let script = format!(
+        "#!/bin/sh\n\
+         #SBATCH --job-name=plain\n\
+         #SBATCH --nodes=3\n\
+         #SBATCH --requeue\n\
+         #SBATCH --open-mode=append\n\
+         #SBATCH --output={d}/plain.out\n\
+         echo \"run ${{SLURM_RESTART_COUNT:-0}} on $SLURM_JOB_NODELIST\"\n\
+         srun --ntasks-per-node=1 sh -c '{worker}'\n"
+    );
+    std::fs::write(dir.join("plain.sh"), script).unwrap();
+    let submitted = slurm
+        .command("sbatch")
+        .arg("--parsable")
+        .arg(dir.join("plain.sh"))
+        .output()
+        .unwrap();
+    assert!(submitted.status.success(), "{submitted:?}");
+    let job_id: u64 = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let out = || std::fs::read_to_string(dir.join("plain.out")).unwrap_or_default();
+    // Requeued after its second checkpoint: a restart from scratch would
+    // show as iteration 1.
+    wait_for(
+        "the plain job's second checkpoint",
+        Duration::from_secs(120),
+        || {
+            out()
+                .contains("successfully saved checkpoint at iteration      20")
+                .then_some(())
+        },
+    );
+    let t_requeue = now_ms();
+    let requeued = slurm
+        .command("scontrol")
+        .args(["requeue", &job_id.to_string()])
+        .output()
+        .unwrap();
+    assert!(requeued.status.success(), "{requeued:?}");
+    let first = wait_for(
+        "the requeued run training",
+        Duration::from_secs(u64::from(cred_expire_s()) + 120),
+        || first_iteration_after(&out(), "run 1 on"),
+    );
+    let requeue_s = (now_ms() - t_requeue) as f64 / 1000.0;
+    let text = out();
+    assert!(
+        text.contains("run 0 on n[1-3]"),
+        "the first run's lines are kept:\n{text}"
+    );
+    assert!(
+        first > 20,
+        "resumed from a checkpoint, not from scratch: {first}"
+    );
+    println!("slurm requeue: training again after {requeue_s:.2}s, from iteration {first}");
+    if let Some(path) = std::env::var_os("UNICRON_SLURM_REQUEUE_JSON") {
+        let json = format!(
+            "{{\"requeue_to_training_s\": {requeue_s:.2}, \"cred_expire_s\": {}, \"resumed_at_iteration\": {first}}}\n",
+            cred_expire_s()
+        );
+        std::fs::write(path, json).unwrap();
+    }
 }

@@ -140,9 +140,15 @@ fn agent(
         return Observed::rejected(reason);
     }
     view.clock.advance(&event.node, event.time_ms, config);
+    let candidates = if event.kind == AgentEventKind::Leaving {
+        view.depart(&event.node, config);
+        Vec::new()
+    } else {
+        on_agent(config, view, event, source)
+    };
     Observed {
         rejected: Vec::new(),
-        candidates: on_agent(config, view, event, source),
+        candidates,
         accepted_ms: Some(event.time_ms),
     }
 }
@@ -310,6 +316,8 @@ fn on_agent(
                 })
                 .collect()
         }
+        // Handled before: the node's timers stop.
+        AgentEventKind::Leaving => Vec::new(),
         AgentEventKind::Unknown => match &event.worker {
             // A stopped process (SIGSTOP, a debugger) makes no progress and
             // its peers wait in the collective: a hang, visible at once.

@@ -68,6 +68,21 @@ impl HeartbeatDeadlines {
 }
 
 impl ClusterView {
+    /// `node`'s agent left on purpose: its heartbeat timer stops without a
+    /// failure, and it no longer counts for the cluster's clock. A
+    /// heartbeat later watches it again.
+    pub(super) fn depart(&mut self, node: &str, config: &DetectorConfig) {
+        if let Some(view) = self.nodes.get_mut(node)
+            && let Some(heard) = view.heard_ms.take()
+            && view.lost_at_ms.is_none()
+        {
+            self.deadlines
+                .0
+                .remove(&(heard + ms(config.heartbeat_deadline_s), node.to_string()));
+        }
+        self.clock.forget(node, config);
+    }
+
     /// Marks `node` reported lost at `at`: its heartbeat timer stops.
     pub(super) fn mark_lost(&mut self, node: &str, at: i64, config: &DetectorConfig) {
         if let Some(view) = self.nodes.get_mut(node) {
