@@ -12,7 +12,7 @@ mod error;
 mod service;
 mod settings;
 
-pub use backend::Done;
+pub use backend::{Backend, Done};
 pub use carrier::{Carrier, Part};
 pub use error::ExecutorError;
 pub use service::{CommandProcessor, run};

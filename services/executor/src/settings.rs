@@ -76,6 +76,9 @@ pub enum BackendSettings {
         /// Directory of Slurm's commands; unset: `PATH`.
         #[serde(default)]
         bin_dir: Option<PathBuf>,
+        /// slurm.conf for Slurm's commands (`SLURM_CONF`); unset: theirs.
+        #[serde(default)]
+        conf: Option<PathBuf>,
         /// Release an isolated node from the allocation of the agent job
         /// it leaves, so it goes from draining to drained.
         #[serde(default = "default_true")]

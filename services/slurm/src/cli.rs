@@ -18,15 +18,19 @@ const MESSAGE_BYTES: usize = 512;
 pub struct Slurm {
     /// Where the commands are; `None`: on `PATH`.
     bin_dir: Option<PathBuf>,
+    /// `SLURM_CONF` for the commands; `None`: theirs (the environment's,
+    /// or Slurm's default).
+    conf: Option<PathBuf>,
     timeout: Duration,
     /// Slurm 22.05's scontrol has no `--json`: its nodes come from sinfo.
     nodes_from_sinfo: AtomicBool,
 }
 
 impl Slurm {
-    pub fn new(bin_dir: Option<PathBuf>, timeout: Duration) -> Slurm {
+    pub fn new(bin_dir: Option<PathBuf>, conf: Option<PathBuf>, timeout: Duration) -> Slurm {
         Slurm {
             bin_dir,
+            conf,
             timeout,
             nodes_from_sinfo: AtomicBool::new(false),
         }
@@ -122,7 +126,11 @@ impl Slurm {
             Some(dir) => dir.join(program),
             None => PathBuf::from(program),
         };
-        let child = tokio::process::Command::new(&path)
+        let mut command = tokio::process::Command::new(&path);
+        if let Some(conf) = &self.conf {
+            command.env("SLURM_CONF", conf);
+        }
+        let child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

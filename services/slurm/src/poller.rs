@@ -32,6 +32,9 @@ pub struct PollerSettings {
     /// Directory of Slurm's commands; unset: `PATH`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bin_dir: Option<PathBuf>,
+    /// slurm.conf for Slurm's commands (`SLURM_CONF`); unset: theirs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conf: Option<PathBuf>,
 }
 
 impl Default for PollerSettings {
@@ -41,6 +44,7 @@ impl Default for PollerSettings {
             poll_interval_s: 30.0,
             timeout_s: 10.0,
             bin_dir: None,
+            conf: None,
         }
     }
 }
@@ -83,6 +87,7 @@ pub async fn run_poller(
 ) -> Result<(), SlurmError> {
     let slurm = Slurm::new(
         settings.bin_dir.clone(),
+        settings.conf.clone(),
         Duration::from_secs_f64(settings.timeout_s),
     );
     let producer = Producer::new(kafka, brokers).map_err(|e| SlurmError::Failed {

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use unicron_core::Command;
 use unicron_core::executor::{Backoff, Outcome, Part};
 
+use unicron_slurm::Slurm;
+
 use crate::error::ExecutorError;
 use crate::settings::{BackendSettings, DEFAULT_HTTP_TIMEOUT_S};
 
@@ -86,10 +88,10 @@ impl Backend {
             BackendSettings::Slurm {
                 timeout_s,
                 bin_dir,
+                conf,
                 release_nodes,
             } => Backend::Slurm(slurm::SlurmBackend::new(
-                bin_dir.clone(),
-                secs(*timeout_s),
+                Slurm::new(bin_dir.clone(), conf.clone(), secs(*timeout_s)),
                 *release_nodes,
             )),
         })

@@ -4,9 +4,6 @@
 //! allocation it leaves) is Slurm's business here. Jobs Slurm runs without
 //! agents are requeued, Slurm's own restart.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use unicron_core::executor::Outcome;
 use unicron_core::{Command, CommandAction};
 use unicron_slurm::{REASON_PREFIX, Slurm, SlurmError};
@@ -21,9 +18,9 @@ pub struct SlurmBackend {
 }
 
 impl SlurmBackend {
-    pub fn new(bin_dir: Option<PathBuf>, timeout: Duration, release_nodes: bool) -> SlurmBackend {
+    pub fn new(slurm: Slurm, release_nodes: bool) -> SlurmBackend {
         SlurmBackend {
-            slurm: Slurm::new(bin_dir, timeout),
+            slurm,
             release_nodes,
         }
     }
