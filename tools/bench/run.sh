@@ -43,6 +43,9 @@ python3 tools/bench/agent.py --unicron "$CARGO_TARGET_DIR/release/unicron" >"$wo
 echo "bench: real PyTorch, unicron agent and torchrun (about 5 min)" >&2
 tools/torch-demo/run.sh --json "$work/torch.json" >"$work/torch.out"
 
+echo "bench: a real Slurm, unicron and Slurm's own requeue (about 6 min)" >&2
+tools/slurm-demo/run.sh --json "$work/slurm.json" >"$work/slurm.out"
+
 # Sustained load needs the standalone broker (docs/chaos.md); 10 minutes.
 tansu="${TANSU:-/var/cache/unicron-tools/bin/tansu}"
 if [ -x "$tansu" ]; then

@@ -205,7 +205,8 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(seconds))
 }
 
-pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+/// Runs `command`; `config_given`: the configuration came from `--config`.
+pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow::Result<()> {
     match command {
         Command::Topics {
             command: TopicsCommand::List,
@@ -234,7 +235,7 @@ pub async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             summary_json,
         } => crate::services::sim(&config, duration, summary_json).await,
         Command::Classify { rules } => crate::classify::run(&config, rules),
-        Command::Replay(args) => crate::replay::run(&config, args),
+        Command::Replay(args) => crate::replay::run(&config, config_given, args),
         #[cfg(feature = "simulator")]
         Command::Evaluate(args) => crate::evaluate::run(args),
         Command::Explain(args) => crate::explain::run(&config, args),

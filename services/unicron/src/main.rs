@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(cli::run(cli.command, config));
+    let outcome = runtime.block_on(cli::run(cli.command, config, cli.config.is_some()));
     // Blocking reads still running must not keep a finished command alive.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     match outcome {

@@ -43,7 +43,29 @@ fn parse_time(text: &str) -> Result<i64, String> {
         .map_err(|_| format!("`{text}` is neither RFC 3339 nor ms since the epoch"))
 }
 
-pub fn run(config: &Config, args: ReplayArgs) -> anyhow::Result<()> {
+/// The tuning a run of `unicron up` decided with, in its run directory.
+pub const RUN_TUNING: &str = "replay.toml";
+
+/// `config`, or, when no `--config` was given and the archive holds the
+/// tuning its run decided with, that: replay decides as the run did.
+fn run_config(config: &Config, given: bool, args: &ReplayArgs) -> anyhow::Result<Config> {
+    let recorded = args
+        .history
+        .from_archive
+        .as_ref()
+        .map(|dir| dir.join(RUN_TUNING))
+        .filter(|path| path.is_file());
+    match recorded {
+        Some(path) if !given => {
+            eprintln!("replay: with the run's tuning, {}", path.display());
+            Config::load(Some(&path)).map_err(|e| UsageError(e.to_string()).into())
+        }
+        _ => Ok(config.clone()),
+    }
+}
+
+pub fn run(config: &Config, config_given: bool, args: ReplayArgs) -> anyhow::Result<()> {
+    let config = &run_config(config, config_given, &args)?;
     let names = TopicNames::new(&config.kafka).with_inputs(&config.detector.inputs);
     let origin = args.history.origin(&config.kafka)?;
     let what_if_config = match &args.what_if_config {

@@ -37,10 +37,12 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| config.kafka.brokers.clone());
     let sim_config = sim_config(config, &args)?;
+    let config = &with_isolation_limit(config, sim_config.as_ref());
     let mut signals = crate::services::Stop::listen()?;
     let run_dir = run_dir(config, &args, brokers.is_none());
     std::fs::create_dir_all(&run_dir)
         .with_context(|| format!("creating the run directory {}", run_dir.display()))?;
+    write_run_tuning(config, &run_dir)?;
     let log_file = run_dir.join("unicron.log");
     if !args.verbose {
         crate::logging::write_to_file(&log_file)
@@ -128,8 +130,13 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         }),
     ));
     println!(
-        "planner: policy {}, signing key {}{}",
+        "planner: policy {}, isolations at most {} an hour per cluster, signing key {}{}",
         config.planner.tuning.policy.as_str(),
+        config
+            .planner
+            .tuning
+            .max_isolations_per_hour
+            .map_or("2% of the nodes".to_string(), |n| n.to_string()),
         public,
         if dev_key {
             " (development key generated for this run)"
@@ -428,6 +435,46 @@ fn progress_line(p: &Progress, rate: f64) -> String {
         p.acted_on,
         p.waf_fraction * 100.0
     )
+}
+
+/// The configuration of a run on the simulator: unless set, its isolation
+/// limit is 2% of the nodes scaled by the simulated failure rate, so it
+/// bounds the same share of failures as on a real cluster (16 nodes at 30x
+/// the paper's rate would otherwise allow one isolation an hour).
+fn with_isolation_limit(config: &Config, sim: Option<&SimConfig>) -> Config {
+    let mut config = config.clone();
+    if let Some(sim) = sim
+        && config.planner.tuning.max_isolations_per_hour.is_none()
+    {
+        let nodes = sim.nodes as f64 * sim.rate_vs_paper().max(1.0);
+        let limit = (nodes * unicron_core::planner::DEFAULT_ISOLATION_SHARE).ceil();
+        config.planner.tuning.max_isolations_per_hour = Some(limit.max(1.0) as u32);
+    }
+    config
+}
+
+/// The run's planner and detector tuning, as `replay.toml` in its run
+/// directory: `unicron replay --from-archive DIR` decides with it.
+fn write_run_tuning(config: &Config, run_dir: &std::path::Path) -> anyhow::Result<()> {
+    let mut planner = toml::Table::new();
+    planner.insert(
+        "tuning".into(),
+        toml::Value::try_from(&config.planner.tuning)?,
+    );
+    let mut detector = toml::Table::new();
+    detector.insert(
+        "tuning".into(),
+        toml::Value::try_from(&config.detector.tuning)?,
+    );
+    let mut table = toml::Table::new();
+    table.insert("planner".into(), planner.into());
+    table.insert("detector".into(), detector.into());
+    let path = run_dir.join(crate::replay::RUN_TUNING);
+    let text = format!(
+        "# The tuning this run decided with; `unicron replay --from-archive` uses it\n# unless --config is given.\n{}",
+        toml::to_string(&table)?
+    );
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 fn describe(backend: &BackendSettings) -> String {

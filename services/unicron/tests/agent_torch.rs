@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Running, now_ms, read, signal, wait_for};
+use common::{Running, now_ms, read, signal, stop_and_replay, up_no_sim, wait_for};
 use unicron_core::{
     AgentEvent, AgentEventKind, Command as Cmd, CommandAction, FailureEvent, FailureKind,
     LogRecord, WorkerChange,
@@ -236,31 +236,7 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
     let exe = env!("CARGO_BIN_EXE_unicron");
     let run = dir.join("run");
     let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
-    let mut up = Running(
-        Command::new(exe)
-            .args([
-                "up",
-                "--no-sim",
-                "--no-status",
-                "--duration",
-                "900s",
-                "--archive",
-            ])
-            .arg(&run)
-            .current_dir(dir)
-            .env("UNICRON_METRICS__ENABLED", "false")
-            .stdin(Stdio::null())
-            .stdout(log("up.out"))
-            .stderr(log("up.err"))
-            .spawn()
-            .unwrap(),
-    );
-    let brokers = wait_for("the run's broker file", Duration::from_secs(60), || {
-        std::fs::read_to_string(run.join("brokers"))
-            .ok()
-            .filter(|b| b.ends_with('\n'))
-            .map(|b| b.trim().to_string())
-    });
+    let (up, brokers) = up_no_sim(dir, None);
     let jobs = [("big", 2.0, 29600), ("small", 1.0, 30600)];
     let mut config = format!(
         "[metrics]\nenabled = false\n\n[agent]\ncluster = \"{CLUSTER}\"\naddress = \"127.0.0.1\"\nstop_grace_s = 2.0\n"
@@ -539,18 +515,5 @@ fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
 
     // Stop cleanly so the archive is complete, then replay it.
     drop(agents);
-    signal(up.0.id() as i32, "INT");
-    let _ = up.0.wait();
-    let replay = Command::new(exe)
-        .args(["replay", "--from-archive"])
-        .arg(&run)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&replay.stdout);
-    println!("{text}");
-    assert!(
-        replay.status.success(),
-        "replay: {text}{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
+    stop_and_replay(up, dir, None);
 }

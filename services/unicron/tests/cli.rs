@@ -245,7 +245,9 @@ fn up_hosts_a_broker_other_processes_can_use() {
     );
     let planner = lines.next().unwrap().unwrap();
     assert!(
-        planner.starts_with("planner: policy unicron, signing key "),
+        planner.starts_with(
+            "planner: policy unicron, isolations at most 2% of the nodes an hour per cluster, signing key "
+        ),
         "{planner}"
     );
     assert!(

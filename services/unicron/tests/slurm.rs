@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Running, now_ms, read, signal, wait_for};
+use common::{Running, now_ms, read, signal, stop_and_replay, up_no_sim, wait_for};
 use unicron_core::{
     AgentEvent, AgentEventKind, ClusterEvent, ClusterEventKind, Command as Cmd, CommandAction,
     Decision, FailureEvent, FailureKind, WorkerChange,
@@ -385,7 +385,6 @@ fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
     let slurm = SlurmCluster::start(dir);
     let exe = env!("CARGO_BIN_EXE_unicron");
     let run = dir.join("run");
-    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
     // Two isolations in this test on three nodes: past the default 2%.
     let config = format!(
         "[metrics]\nenabled = false\n\n\
@@ -395,32 +394,7 @@ fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
         conf = slurm.conf.display().to_string()
     );
     std::fs::write(dir.join("unicron.toml"), config).unwrap();
-    let mut up = Running(
-        Command::new(exe)
-            .arg("--config")
-            .arg(dir.join("unicron.toml"))
-            .args([
-                "up",
-                "--no-sim",
-                "--no-status",
-                "--duration",
-                "900s",
-                "--archive",
-            ])
-            .arg(&run)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(log("up.out"))
-            .stderr(log("up.err"))
-            .spawn()
-            .unwrap(),
-    );
-    let brokers = wait_for("the run's broker file", Duration::from_secs(60), || {
-        std::fs::read_to_string(run.join("brokers"))
-            .ok()
-            .filter(|b| b.ends_with('\n'))
-            .map(|b| b.trim().to_string())
-    });
+    let (up, brokers) = up_no_sim(dir, Some(&dir.join("unicron.toml")));
 
     // The job: one agent per node as a job step, each with its own kernel
     // log file (the test writes the Xid line there).
@@ -623,24 +597,9 @@ fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
         std::fs::write(path, json).unwrap();
     }
 
-    // Stop cleanly so the archive is complete, then replay it.
-    signal(up.0.id() as i32, "INT");
-    let _ = up.0.wait();
-    // With the run's configuration: its isolation limit decided too.
-    let replay = Command::new(exe)
-        .arg("--config")
-        .arg(dir.join("unicron.toml"))
-        .args(["replay", "--from-archive"])
-        .arg(&run)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&replay.stdout);
-    println!("{text}");
-    assert!(
-        replay.status.success(),
-        "replay: {text}{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
+    // Stop cleanly so the archive is complete, then replay it with the
+    // run's configuration (its isolation limit decided too).
+    stop_and_replay(up, dir, Some(&dir.join("unicron.toml")));
 }
 
 /// Kills `node`'s slurmd, as if the machine died.

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sha2::{Digest, Sha256};
 
-pub use config::{PlannerConfig, PolicyName};
+pub use config::{DEFAULT_ISOLATION_SHARE, PlannerConfig, PolicyName};
 pub use policy::{Hit, Policy, policy};
 pub use replan::{Action, Plan};
 pub use state::{ClusterState, Health, InFlight, Job, JobStatus, Node, Observed, RecentFault};

@@ -90,3 +90,68 @@ pub fn signal(pid: i32, name: &str) {
         .unwrap();
     assert!(status.success(), "kill -{name} {pid}");
 }
+
+/// `unicron [--config CONFIG] up --no-sim --archive DIR/run` (broker,
+/// detector, planner; an executor if CONFIG has one), its output in
+/// DIR/up.out and DIR/up.err; with the broker address it wrote.
+pub fn up_no_sim(dir: &std::path::Path, config: Option<&std::path::Path>) -> (Running, String) {
+    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+    let run = dir.join("run");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_unicron"));
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let up = Running(
+        command
+            .args([
+                "up",
+                "--no-sim",
+                "--no-status",
+                "--duration",
+                "900s",
+                "--archive",
+            ])
+            .arg(&run)
+            .current_dir(dir)
+            .env("UNICRON_METRICS__ENABLED", "false")
+            .stdin(std::process::Stdio::null())
+            .stdout(log("up.out"))
+            .stderr(log("up.err"))
+            .spawn()
+            .unwrap(),
+    );
+    let brokers = wait_for(
+        "the run's broker file",
+        std::time::Duration::from_secs(60),
+        || {
+            std::fs::read_to_string(run.join("brokers"))
+                .ok()
+                .filter(|b| b.ends_with('\n'))
+                .map(|b| b.trim().to_string())
+        },
+    );
+    (up, brokers)
+}
+
+/// Stops `up` with SIGINT, so its archive (DIR/run) is complete, and
+/// replays the archive with the run's configuration: no divergence.
+pub fn stop_and_replay(mut up: Running, dir: &std::path::Path, config: Option<&std::path::Path>) {
+    signal(up.0.id() as i32, "INT");
+    let _ = up.0.wait();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_unicron"));
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    let replay = command
+        .args(["replay", "--from-archive"])
+        .arg(dir.join("run"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&replay.stdout);
+    println!("{text}");
+    assert!(
+        replay.status.success(),
+        "replay: {text}{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+}
