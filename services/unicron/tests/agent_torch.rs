@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Running, now_ms, read, signal, stop_and_replay, up_no_sim, wait_for};
+use common::{Running, need_torch, now_ms, read, signal, stop_and_replay, up_no_sim, wait_for};
 use unicron_core::{
     AgentEvent, AgentEventKind, Command as Cmd, CommandAction, FailureEvent, FailureKind,
     LogRecord, WorkerChange,
@@ -216,16 +216,7 @@ fn one_failure(brokers: &str, before: usize, kinds: &[FailureKind]) -> (FailureE
 
 #[test]
 fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
-    let torch = Command::new(PYTHON)
-        .args([
-            "-c",
-            "import torch.distributed as d; assert d.is_gloo_available()",
-        ])
-        .status();
-    assert!(
-        torch.is_ok_and(|s| s.success()),
-        "Debian's python3-torch is needed (.ci/run installs it)"
-    );
+    need_torch();
     let py_spy = Command::new("py-spy").arg("--version").output();
     assert!(
         py_spy.is_ok_and(|o| o.status.success()),

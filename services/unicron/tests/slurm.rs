@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Running, now_ms, read, signal, stop_and_replay, up_no_sim, wait_for};
+use common::{Running, need_torch, now_ms, read, signal, stop_and_replay, up_no_sim, wait_for};
 use unicron_core::{
     AgentEvent, AgentEventKind, ClusterEvent, ClusterEventKind, Command as Cmd, CommandAction,
     Decision, FailureEvent, FailureKind, WorkerChange,
@@ -370,16 +370,7 @@ fn pids_where(file: &str, needle: &str) -> Vec<i32> {
 #[test]
 fn slurm_drains_the_faulty_node_and_the_job_trains_on() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let torch = Command::new(PYTHON)
-        .args([
-            "-c",
-            "import torch.distributed as d; assert d.is_gloo_available()",
-        ])
-        .status();
-    assert!(
-        torch.is_ok_and(|s| s.success()),
-        "Debian's python3-torch is needed (.ci/run installs it)"
-    );
+    need_torch();
     let tmp = TestDir::new();
     let dir = tmp.path();
     let slurm = SlurmCluster::start(dir);
@@ -624,6 +615,7 @@ fn first_iteration_after(text: &str, marker: &str) -> Option<i64> {
 #[test]
 fn slurms_own_requeue_restarts_a_job_from_its_checkpoint() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    need_torch();
     let tmp = TestDir::new();
     let dir = tmp.path();
     let slurm = SlurmCluster::start(dir);

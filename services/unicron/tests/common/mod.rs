@@ -155,3 +155,17 @@ pub fn stop_and_replay(mut up: Running, dir: &std::path::Path, config: Option<&s
         String::from_utf8_lossy(&replay.stderr)
     );
 }
+
+/// Debian's python3-torch with gloo, as the real-PyTorch tests need it.
+pub fn need_torch() {
+    let torch = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import torch.distributed as d; assert d.is_gloo_available()",
+        ])
+        .status();
+    assert!(
+        torch.is_ok_and(|s| s.success()),
+        "Debian's python3-torch is needed (.ci/run installs it)"
+    );
+}
