@@ -8,8 +8,8 @@ mod slurm;
 
 use std::time::{Duration, Instant};
 
-use unicron_core::Command;
 use unicron_core::executor::{Backoff, Outcome, Part};
+use unicron_core::{Command, CommandAction};
 
 use unicron_slurm::Slurm;
 
@@ -99,10 +99,16 @@ impl Backend {
 
     /// Whether this backend answers `command`. Under Slurm the workers of
     /// a job unicron agents run (its start commands carry a rendezvous)
-    /// are the agents' to restart, and they answer for them.
+    /// are the agents' to restart, and they answer for them; so is a
+    /// pause, which names no agent job apart from another: requeue-holding
+    /// a job its agents are stopping would end its allocation.
     pub fn part(&self, command: &Command) -> Part {
         match self {
-            Backend::Slurm(_) if command.rendezvous.is_some() => Part::None,
+            Backend::Slurm(_)
+                if command.rendezvous.is_some() || command.action == CommandAction::Pause =>
+            {
+                Part::None
+            }
             _ => Part::Answer,
         }
     }
@@ -174,6 +180,50 @@ fn tail(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn under_slurm_agent_starts_and_pauses_are_the_agents() {
+        let slurm = Backend::new(&BackendSettings::Slurm {
+            timeout_s: 1.0,
+            bin_dir: None,
+            conf: None,
+            release_nodes: true,
+        })
+        .unwrap();
+        let http = Backend::new(&BackendSettings::Http {
+            url: "http://127.0.0.1:1/act".into(),
+            timeout_s: 1.0,
+        })
+        .unwrap();
+        let command = |action, rendezvous: bool| Command {
+            id: "c".into(),
+            cluster: "a".into(),
+            decision_id: "d".into(),
+            time_ms: 1,
+            action,
+            job: Some("gpt".into()),
+            nodes: vec!["n1".into()],
+            restore_from: None,
+            causation: vec![],
+            key_id: String::new(),
+            signature: vec![],
+            rendezvous: rendezvous.then(|| unicron_core::Rendezvous {
+                generation: 2,
+                master_addr: "n1".into(),
+                master_port: 29502,
+            }),
+        };
+        for (action, rendezvous, part) in [
+            (CommandAction::Reconfigure, true, Part::None),
+            (CommandAction::Pause, false, Part::None),
+            (CommandAction::IsolateNode, false, Part::Answer),
+            (CommandAction::ReturnNode, false, Part::Answer),
+            (CommandAction::Restart, false, Part::Answer),
+        ] {
+            assert_eq!(slurm.part(&command(action, rendezvous)), part, "{action:?}");
+            assert_eq!(http.part(&command(action, rendezvous)), Part::Answer);
+        }
+    }
 
     #[test]
     fn tails_keep_the_end_at_a_char_boundary() {

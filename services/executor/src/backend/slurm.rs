@@ -32,8 +32,9 @@ impl SlurmBackend {
             CommandAction::Reattempt
             | CommandAction::Restart
             | CommandAction::Reconfigure
-            | CommandAction::Resume
-            | CommandAction::Pause => self.requeue(command).await,
+            | CommandAction::Resume => self.requeue(command).await,
+            // Not taken part in (`Backend::part`): the agents stop the job.
+            CommandAction::Pause => Ok(Err("pause is the agents' under Slurm".to_string())),
             CommandAction::Unknown => Ok(Err("unknown action".to_string())),
         };
         match done {
@@ -103,8 +104,8 @@ impl SlurmBackend {
         Ok(Ok(format!("{name} resumed")))
     }
 
-    /// A job without agents restarts the Slurm way: requeued (held, for a
-    /// pause). Slurm starts it again after the credential lifetime.
+    /// A job without agents restarts the Slurm way: requeued. Slurm starts
+    /// it again after the credential lifetime.
     async fn requeue(&self, command: &Command) -> Answer {
         let Some(job) = command.job.as_deref() else {
             return Ok(Err(format!("{} names no job", command.action.symbol())));
@@ -118,11 +119,6 @@ impl SlurmBackend {
                 "no running or pending Slurm job named `{job}`"
             )));
         };
-        if command.action == CommandAction::Pause {
-            let id = found.id.to_string();
-            self.slurm.run("scontrol", &["requeuehold", &id]).await?;
-            return Ok(Ok(format!("Slurm job {id} requeued and held")));
-        }
         self.slurm.requeue(found.id).await?;
         Ok(Ok(format!("Slurm job {} requeued", found.id)))
     }
