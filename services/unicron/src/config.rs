@@ -382,6 +382,8 @@ mod fuzz_tests {
         "planner",
         "detector",
         "executor",
+        "agent",
+        "slurm",
         #[cfg(feature = "simulator")]
         "sim",
         "archiver",
