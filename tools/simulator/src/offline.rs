@@ -83,7 +83,14 @@ pub struct DetectionDelay {
 }
 
 impl Offline {
-    pub fn new(sim: Sim, detector: DetectorConfig, planner: PlannerConfig) -> Offline {
+    /// The loop for `sim`. Unless `planner` sets an isolation limit, every
+    /// node may be isolated: the loop compares recovery policies under one
+    /// failure sequence, often far denser than a real cluster's, and the
+    /// blast radius would refuse the same isolations under every policy.
+    pub fn new(sim: Sim, detector: DetectorConfig, mut planner: PlannerConfig) -> Offline {
+        if planner.max_isolations_per_hour.is_none() {
+            planner.max_isolations_per_hour = Some(sim.config().nodes.max(1) as u32);
+        }
         let signer = CommandSigner::from_seed("offline", [7; 32]);
         let keys = BTreeMap::from([("offline".to_string(), signer.verifying_key())]);
         let cluster = sim.config().cluster.clone();
