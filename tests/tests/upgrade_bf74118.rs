@@ -116,11 +116,20 @@ fn unsigned(command: &Command) -> Command {
     }
 }
 
+/// The planner's settings of that run: the defaults, but for the hourly
+/// isolation limit, which did not exist (16 simulated nodes would allow one).
+fn bf74118_planner() -> PlannerConfig {
+    PlannerConfig {
+        max_isolations_per_hour: Some(1000),
+        ..PlannerConfig::default()
+    }
+}
+
 /// A fresh current planner with the recorded steps applied, checking each
 /// decision and command against the recorded one byte for byte (Avro).
 fn replay(steps: &[RecordedStep]) -> Planner {
     let mut planner = Planner::new(
-        PlannerConfig::default(),
+        bf74118_planner(),
         CommandSigner::from_seed("replay", [0; 32]),
     );
     for step in steps {
@@ -204,7 +213,7 @@ fn old_planner_state_dir_opens_and_resumes_where_it_stopped() {
     let stored = store.state_with_prefix(b"cluster/").unwrap();
     assert_eq!(stored.len(), 1, "one cluster stored");
     let mut restored = Planner::new(
-        PlannerConfig::default(),
+        bf74118_planner(),
         CommandSigner::from_seed("replay", [0; 32]),
     );
     for (key, bytes) in &stored {
