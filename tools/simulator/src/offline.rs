@@ -89,7 +89,7 @@ impl Offline {
     /// blast radius would refuse the same isolations under every policy.
     pub fn new(sim: Sim, detector: DetectorConfig, mut planner: PlannerConfig) -> Offline {
         if planner.max_isolations_per_hour.is_none() {
-            planner.max_isolations_per_hour = Some(sim.config().nodes.max(1) as u32);
+            planner.max_isolations_per_hour = Some(sim.config().nodes.max(1));
         }
         let signer = CommandSigner::from_seed("offline", [7; 32]);
         let keys = BTreeMap::from([("offline".to_string(), signer.verifying_key())]);
