@@ -88,10 +88,13 @@ fn encode<T: unicron_bus::schemas::AvroRecord + Clone>(
     AvroCodec::<T>::default().encode(record).expect("encodes")
 }
 
+/// What the recorded run decided with: the offline loop, unless told
+/// otherwise, lets every node of the cluster be isolated.
 fn setup(policy: PolicyName) -> Setup {
     Setup {
         planner: PlannerConfig {
             policy,
+            max_isolations_per_hour: Some(SimConfig::default().nodes),
             ..PlannerConfig::default()
         },
         detector: DetectorConfig::default(),
