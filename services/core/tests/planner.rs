@@ -210,22 +210,8 @@ fn repaired_node_is_given_back() {
     two_jobs(&mut p, &mut feed, "a");
     p.apply(&feed.failure("a", "n1", FailureKind::GpuDriverError));
     assert_eq!(nodes_of(&p, "a", "small"), ["n5"]);
-    let time_ms = feed.tick(600);
-    let repaired = feed.input(
-        "unicron.cluster",
-        InputEvent::Cluster(ClusterEvent {
-            cluster: "a".into(),
-            time_ms,
-            kind: ClusterEventKind::NodeRepaired,
-            node: Some("n1".into()),
-            gpus: None,
-            job_id: None,
-            job: None,
-            address: None,
-            launch: None,
-            reason: None,
-        }),
-    );
+    feed.tick(600);
+    let repaired = feed.node_event("a", "n1", ClusterEventKind::NodeRepaired, "operator");
     let cmds = commands(&p.apply(&repaired));
     // unicron isolated it, so unicron hands it back to the scheduler first.
     assert_eq!(cmds.len(), 2);

@@ -205,19 +205,8 @@ async fn garbage_input_is_dead_lettered_and_processing_goes_on() {
         .await
         .unwrap();
     // Semantically impossible: a node event without a node.
-    h.cluster_event(ClusterEvent {
-        cluster: "c1".into(),
-        time_ms: 1,
-        kind: ClusterEventKind::NodeJoined,
-        node: None,
-        gpus: None,
-        job_id: None,
-        job: None,
-        address: None,
-        launch: None,
-        reason: None,
-    })
-    .await;
+    h.cluster_event(ClusterEvent::new("c1", 1, ClusterEventKind::NodeJoined))
+        .await;
     h.setup_cluster("c1").await;
     let (stop, task) = h.start(dir.path());
     let dlq = h.reader("dlq", "t-dlq");
