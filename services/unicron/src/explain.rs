@@ -1,6 +1,10 @@
 //! `unicron explain COMMAND_ID`: the causal chain of one command, from the
 //! source records through the failure and the decision to the results.
+//! `--incidents`: one line per failure, newest first, from the status
+//! page's own model, so the two agree.
 
+use unicron_core::planner::InputEvent;
+use unicron_core::status::{INCIDENTS, Incident, IncidentLog, Record};
 use unicron_history::{Chain, History, TopicNames};
 
 use crate::cli::UsageError;
@@ -10,11 +14,19 @@ use crate::history::HistoryArgs;
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {
     /// The command's id, e.g. c:sim:unicron.failures:0:12:0.
-    #[arg(required_unless_present = "list")]
+    #[arg(required_unless_present_any = ["list", "incidents"])]
     pub command_id: Option<String>,
     /// List every command in the history (id, time, action, job, nodes) instead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "incidents")]
     pub list: bool,
+    /// List incidents instead, newest first: detected (ms), cluster, failure
+    /// id, severity, kind, node/job, actions decided, state, time to
+    /// recovery (the status page's newest incidents).
+    #[arg(long)]
+    pub incidents: bool,
+    /// With --incidents: only this cluster's.
+    #[arg(long, requires = "incidents")]
+    pub cluster: Option<String>,
     #[command(flatten)]
     pub history: HistoryArgs,
     /// Print the chain as JSON.
@@ -26,6 +38,12 @@ pub fn run(config: &Config, args: ExplainArgs) -> anyhow::Result<()> {
     let names = TopicNames::new(&config.kafka);
     let origin = args.history.origin(&config.kafka)?;
     let history = History::load(&origin, names, &|_| {})?;
+    if args.incidents {
+        for incident in incidents(&history, args.cluster.as_deref()) {
+            println!("{}", incident_line(&incident));
+        }
+        return Ok(());
+    }
     let Some(command_id) = args.command_id.as_deref().filter(|_| !args.list) else {
         let mut seen = std::collections::BTreeSet::new();
         for c in &history.commands {
@@ -51,6 +69,48 @@ pub fn run(config: &Config, args: ExplainArgs) -> anyhow::Result<()> {
         print!("{}", text(&chain));
     }
     Ok(())
+}
+
+/// The history's incidents, as the status page derives them.
+fn incidents(history: &History, cluster: Option<&str>) -> Vec<Incident> {
+    let mut log = IncidentLog::new();
+    // Any order will do: the model waits for what comes later.
+    for f in &history.failures {
+        log.apply(&Record::Input(InputEvent::Failure(f.record.clone())));
+    }
+    for d in &history.decisions {
+        log.apply(&Record::Decision(d.record.clone()));
+    }
+    for c in &history.commands {
+        log.apply(&Record::Command(c.record.clone()));
+    }
+    for r in &history.results {
+        log.apply(&Record::Input(InputEvent::Result(r.record.clone())));
+    }
+    log.incidents(cluster, INCIDENTS)
+}
+
+/// One incident on one line, fields separated by single spaces.
+pub fn incident_line(i: &Incident) -> String {
+    let decided = match i.decided.as_str() {
+        "" => "-".to_string(),
+        "no command" => "none".to_string(),
+        actions => actions.replace(", ", ","),
+    };
+    let recovery = i
+        .time_to_recovery_ms
+        .map_or_else(|| "-".to_string(), |ms| format!("{ms}ms"));
+    format!(
+        "{} {} {} {} {} {}/{} {decided} {} {recovery}",
+        i.detected_ms,
+        i.cluster,
+        i.id,
+        i.severity,
+        i.kind,
+        i.node.as_deref().unwrap_or("-"),
+        i.job.as_deref().unwrap_or("-"),
+        i.state.symbol(),
+    )
 }
 
 /// The chain as `unicron explain` prints it.
