@@ -1,14 +1,17 @@
 //! The status page in a real browser: headless Chromium (Debian's
 //! `chromium`), driven by `tests/browser/status_page.mjs` with playwright-core,
-//! loads the page of a running `unicron up` and checks that the timeline
-//! fills live, a decision expands, explain links answer and the WAF chart is
-//! drawn. The screenshot is kept under the test output directory.
+//! loads the page of a running `unicron up` and checks that the cluster list
+//! names the cluster and a click loads its detail and WAF chart, that the
+//! incidents table shows a recovered incident with its action and time to
+//! recovery and expands to its chain, and that explain links answer. The
+//! screenshot is kept under the test output directory.
 //!
 //! `./dev test` installs Chromium and the npm package; under CI a missing one
 //! fails the test, elsewhere the test says what is missing and passes.
 //!
 //! Without a browser: the page's explain, answered from its index, equals
-//! `unicron explain --from-kafka`, computed from the whole log.
+//! `unicron explain --from-kafka`, computed from the whole log, and its
+//! incidents are those `unicron explain --incidents` lists.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -107,7 +110,9 @@ fn the_status_page_shows_a_live_run_in_a_real_browser() {
         "browser check failed:\n{stdout}\n{stderr}"
     );
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert!(report["entries"].as_u64().unwrap() > 1, "{report}");
+    assert!(report["incidents"].as_u64().unwrap() >= 1, "{report}");
+    assert!(report["nodes"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["cluster"], "sim", "{report}");
     let png = std::fs::read(&screenshot).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "screenshot is not a PNG");
     eprintln!("screenshot: {}", screenshot.display());
@@ -149,7 +154,7 @@ fn the_page_explains_a_command_as_explain_from_the_log_does() {
         .expect("no command within two minutes");
     // Results keep arriving while the run goes on: the two agree once the
     // page has read as far as the log reader did (a bounded wait).
-    let mut last = None;
+    let (mut last, mut agreed) = (None, false);
     for _ in 0..60 {
         let from_log: serde_json::Value = serde_json::from_str(&explain(&[&id, "--json"])).unwrap();
         let reply = common::http_get(&page, &format!("/api/explain/{id}"));
@@ -158,11 +163,46 @@ fn the_page_explains_a_command_as_explain_from_the_log_does() {
             let text = body(common::http_get(&page, &format!("/explain/{id}")));
             if from_page == from_log && text == explain(&[&id]) {
                 assert!(from_page["decision"].is_object(), "{from_page:#}");
-                return;
+                agreed = true;
+                break;
             }
             last = Some((from_log, from_page));
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
-    panic!("the page and the log never agreed on {id}: {last:#?}");
+    assert!(
+        agreed,
+        "the page and the log never agreed on {id}: {last:#?}"
+    );
+
+    // `explain --incidents` lists what the page's incidents table shows:
+    // the same model, the same failures newest first, the same outcomes.
+    let mut last = None;
+    for _ in 0..60 {
+        let from_cli: Vec<(String, String)> = explain(&["--incidents", "--cluster", "sim"])
+            .lines()
+            .map(|l| {
+                let fields: Vec<&str> = l.split(' ').collect();
+                (fields[2].to_string(), fields[7].to_string())
+            })
+            .collect();
+        let reply = body(common::http_get(
+            &page,
+            "/api/incidents?cluster=sim&limit=500",
+        ));
+        let from_page: Vec<serde_json::Value> = serde_json::from_str(&reply).unwrap();
+        let from_page: Vec<(String, String)> = from_page
+            .iter()
+            .map(|i| {
+                let field = |k: &str| i[k].as_str().unwrap_or_default().to_string();
+                (field("id"), field("state"))
+            })
+            .collect();
+        if !from_page.is_empty() && from_page == from_cli {
+            return;
+        }
+        last = Some((from_cli, from_page));
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    panic!("the page and `explain --incidents` never agreed: {last:#?}");
 }

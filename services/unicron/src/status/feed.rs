@@ -107,7 +107,7 @@ fn reader<'a>(
 }
 
 /// Indexes each batch of records, then applies it to the view: a command
-/// the timeline shows can be explained. Ends when the reader is dropped.
+/// the page shows can be explained. Ends when the reader is dropped.
 fn apply(
     mut received: mpsc::Receiver<InboundRecord>,
     decoder: &Decoder,

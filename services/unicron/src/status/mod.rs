@@ -1,8 +1,11 @@
 //! The status page for on-call engineers, served by `unicron up` and every
-//! `unicron planner` at `[status] listen`: clusters, nodes and jobs, a live
-//! timeline of failures, decisions, commands and results, each command's
-//! explain chain, and cluster WAF over time. One HTML file with inline
-//! script and style, no CDN: it works offline. The page polls the JSON API.
+//! `unicron planner` at `[status] listen`: a list of clusters at a glance,
+//! one cluster's nodes, jobs and WAF over time on demand, and incidents (one
+//! per failure, newest first, with the decisions, commands and results it
+//! caused and each command's explain chain). One HTML file with inline
+//! script and style, no CDN: it works offline. The page polls the JSON API,
+//! whose answers stay small with many clusters: summaries, one cluster's
+//! detail, a page of incidents.
 //! Explain chains come from an index in RocksDB (`[status] index_dir`) that
 //! the reader fills as records arrive, so a click reads no log.
 
@@ -21,13 +24,15 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use unicron_bus::KafkaConfig;
 use unicron_core::planner::PlannerConfig;
-use unicron_core::status::{ClusterView, Entry, StatusView};
+use unicron_core::status::{ClusterSummary, ClusterView, Entry, INCIDENTS, Incident, StatusView};
 
 use unicron_history::{Chain, ExplainIndex, TopicNames};
 
 const PAGE: &str = include_str!("page.html");
 /// Most timeline entries one poll returns.
 const MAX_ENTRIES: usize = 500;
+/// Incidents one poll returns unless it asks for another number.
+const DEFAULT_INCIDENTS: usize = 100;
 
 /// `[status]`: the status page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,6 +115,8 @@ pub async fn start(
         .route("/", get(|| async { Html(PAGE) }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/status", get(status))
+        .route("/api/clusters/{id}", get(cluster))
+        .route("/api/incidents", get(incidents))
         .route("/api/timeline", get(timeline))
         .route("/api/explain/{id}", get(explain_json))
         .route("/explain/{id}", get(explain_text))
@@ -134,16 +141,46 @@ pub async fn start(
 
 #[derive(Serialize)]
 struct StatusReply {
-    clusters: Vec<ClusterView>,
+    /// Every cluster in summary form; `/api/clusters/{id}` has the rest.
+    clusters: Vec<ClusterSummary>,
     last_seq: u64,
+    /// Incidents kept, all clusters.
+    incidents: usize,
 }
 
 async fn status(State(state): State<AppState>) -> Json<StatusReply> {
     let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
     Json(StatusReply {
-        clusters: view.clusters(),
+        clusters: view.summaries(),
         last_seq: view.last_seq(),
+        incidents: view.incident_log().len(),
     })
+}
+
+async fn cluster(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
+    match view.cluster(&id) {
+        Some(cluster) => Json::<ClusterView>(cluster).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such cluster in the log\n").into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct IncidentsQuery {
+    #[serde(default)]
+    cluster: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+async fn incidents(
+    State(state): State<AppState>,
+    Query(query): Query<IncidentsQuery>,
+) -> Json<Vec<Incident>> {
+    let limit = query.limit.unwrap_or(DEFAULT_INCIDENTS).min(INCIDENTS);
+    let cluster = query.cluster.as_deref().filter(|c| !c.is_empty());
+    let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
+    Json(view.incidents(cluster, limit))
 }
 
 #[derive(Deserialize)]
