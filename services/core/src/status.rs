@@ -515,6 +515,12 @@ pub struct ClusterSummary {
 }
 
 fn nodes(state: &ClusterState) -> Vec<NodeStatus> {
+    // Node → job in one pass (a lookup per node is quadratic).
+    let placed: BTreeMap<&str, &str> = state
+        .jobs
+        .iter()
+        .flat_map(|(id, job)| job.nodes.iter().map(move |n| (n.as_str(), id.as_str())))
+        .collect();
     state
         .nodes
         .iter()
@@ -522,7 +528,7 @@ fn nodes(state: &ClusterState) -> Vec<NodeStatus> {
             id: id.clone(),
             gpus: node.gpus,
             health: node.health,
-            job: state.job_on(id).map(str::to_string),
+            job: placed.get(id.as_str()).map(|j| j.to_string()),
         })
         .collect()
 }

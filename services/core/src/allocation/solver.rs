@@ -164,15 +164,21 @@ impl Problem {
         // best[j]: best Σ G of the jobs so far using at most j units.
         let mut best = vec![0.0_f64; width];
         let mut choice = vec![0u32; self.jobs.len() * width];
+        // Units the jobs so far can use at most: beyond that every budget
+        // has the same best value and the same choice (every option looks
+        // back into the flat part of `best`), so it is copied, not searched.
+        let mut reach = 0usize;
         for (i, job) in self.jobs.iter().enumerate() {
             let options: Vec<(u32, f64)> = job
                 .options(self.unit, units)
                 .into_iter()
                 .map(|k| (k, job.reward(k * self.unit, self.running_s)))
                 .collect();
+            let largest = options.iter().map(|(k, _)| *k as usize).max().unwrap_or(0);
+            reach = (reach + largest).min(width - 1);
             let mut next = vec![f64::NEG_INFINITY; width];
-            for j in 0..width {
-                let row = &mut choice[i * width..(i + 1) * width];
+            let row = &mut choice[i * width..(i + 1) * width];
+            for j in 0..=reach {
                 for &(k, reward) in &options {
                     let k_us = k as usize;
                     if k_us > j {
@@ -184,6 +190,10 @@ impl Problem {
                         row[j] = k;
                     }
                 }
+            }
+            for j in reach + 1..width {
+                next[j] = next[reach];
+                row[j] = row[reach];
             }
             best = next;
         }

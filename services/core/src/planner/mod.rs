@@ -144,7 +144,13 @@ impl Planner {
             // finished (its agent and the scheduler both say so).
             return Vec::new();
         }
-        let before = state.clone();
+        // A rejected input leaves the state as it was. Failures and results
+        // are rejected only before they change anything, so only the
+        // watermark is kept for them; a cluster event is validated as it is
+        // applied and keeps a whole copy (they are rare; failures and
+        // results are most inputs, and a copy is as large as the cluster).
+        let before = matches!(input.event, InputEvent::Cluster(_)).then(|| state.clone());
+        let watermark = state.watermark_ms;
         let digest = inputs_digest(state, input);
         state.watermark_ms = state.watermark_ms.max(input.event.time_ms());
         let policy = policy::policy(self.config.policy);
@@ -161,7 +167,10 @@ impl Planner {
         } = match step {
             Ok(step) => step,
             Err(reason) => {
-                *state = before;
+                match before {
+                    Some(before) => *state = before,
+                    None => state.watermark_ms = watermark,
+                }
                 return vec![Output::Rejected(reason)];
             }
         };
@@ -355,7 +364,8 @@ type Step = Result<Planned, String>;
 /// coordinates: two decisions with equal digests saw the same world.
 fn inputs_digest(state: &ClusterState, input: &Input) -> String {
     let mut hasher = Sha256::new();
-    hasher.update(serde_json::to_vec(state).expect("state serialises"));
+    // Streamed into the hash: the same bytes, no copy of the whole state.
+    serde_json::to_writer(&mut hasher, state).expect("state serialises");
     hasher.update(format!(
         "{}/{}/{}",
         input.topic, input.partition, input.offset

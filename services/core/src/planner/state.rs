@@ -172,9 +172,16 @@ impl ClusterState {
 
     /// Schedulable nodes no job runs on, sorted by name.
     pub fn free_nodes(&self) -> Vec<String> {
+        // One pass over the placements, not one per node: a lookup per
+        // node made this quadratic in the cluster's size.
+        let placed: std::collections::BTreeSet<&str> = self
+            .jobs
+            .values()
+            .flat_map(|job| job.nodes.iter().map(String::as_str))
+            .collect();
         self.schedulable_nodes()
             .into_iter()
-            .filter(|n| self.job_on(n).is_none())
+            .filter(|n| !placed.contains(n))
             .map(str::to_string)
             .collect()
     }
