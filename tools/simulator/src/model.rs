@@ -1,11 +1,13 @@
 //! The simulated cluster as a state machine with no I/O: `advance_to` moves
-//! simulated time in one-second ticks and returns what the cluster emitted;
+//! simulated time in one-second ticks and returns what the cluster emitted
+//! (with a sparse feed it jumps over the ticks where nothing happens, see
+//! [`Sim::with_sparse_feed`]);
 //! `act` answers an executor's action; `observe_failure` tells the ground
 //! truth what the detector reported. Every choice comes from one seeded
 //! generator, and actions take effect at a time derived from the command,
 //! so the same seed and the same control plane give the same run.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -21,6 +23,9 @@ use crate::profiles::{MODELS, Model, WEIGHTS};
 use crate::truth::{Fault, Truth};
 
 const TICK_MS: i64 = 1_000;
+/// Iterations a sparse feed reports for a job that hangs: enough for the
+/// detector to trust its mean (`hang_min_iterations`, 5 by default).
+const SPARSE_ITERATIONS: u64 = 8;
 
 /// A gauge's base value and the spread of its noise.
 type Level = (f64, f64);
@@ -110,6 +115,33 @@ struct Job {
     last_checkpoint: i64,
     fault: Option<usize>,
     downtime_ms: i64,
+    /// Iterations completed since the detector last saw the job's
+    /// processes stop (a clean stop resets its progress statistics).
+    iterations_seen: u64,
+    /// Tick of the newest completed iteration.
+    last_completion_ms: Option<i64>,
+}
+
+impl Job {
+    /// `ticks` running ticks after `from` at `iteration_s` a step, as
+    /// many one-tick steps would add up (a sparse feed's quiet span).
+    fn run_ticks(&mut self, from: i64, ticks: i64, iteration_s: f64) {
+        if ticks <= 0 {
+            return;
+        }
+        let step = TICK_MS as f64 / 1000.0 / iteration_s;
+        let start = self.partial;
+        let total = start + step * ticks as f64;
+        let done = total.floor();
+        if done >= 1.0 {
+            // The tick at which the last whole iteration was completed.
+            let tick = ((done - start) / step).ceil().clamp(1.0, ticks as f64) as i64;
+            self.last_completion_ms = Some(from + tick * TICK_MS);
+            self.iteration += done as u64;
+            self.iterations_seen += done as u64;
+        }
+        self.partial = total - done;
+    }
 }
 
 /// An action accepted and waiting for its effect time.
@@ -139,6 +171,12 @@ pub struct Sim {
     scheduled: BTreeMap<(i64, String), Scheduled>,
     answered: BTreeMap<String, ActionResponse>,
     truth: Truth,
+    /// Emit only what a failure makes matter (see [`Sim::with_sparse_feed`]).
+    sparse: bool,
+    /// Sparse feed: nodes with a fault whose heartbeats are reported.
+    watched: BTreeSet<String>,
+    /// Isolated nodes by repair time, so a tick need not scan every node.
+    repairs: BTreeSet<(i64, String)>,
 }
 
 impl Sim {
@@ -191,7 +229,66 @@ impl Sim {
             scheduled: BTreeMap::new(),
             answered: BTreeMap::new(),
             config,
+            sparse: false,
+            watched: BTreeSet::new(),
+            repairs: BTreeSet::new(),
         }
+    }
+
+    /// The discrete-event form for policy evaluation at scale: time jumps
+    /// from one event to the next (a failure, an action's effect, the end
+    /// of a transition, a repair), and healthy nodes and jobs report in
+    /// aggregate, by what the simulator knows, instead of record by record.
+    /// What the detector still sees: every failure's log lines and exits,
+    /// the heartbeats of a node from the second before its failure until
+    /// its fault is cleared (then it leaves the watch, as a departing agent
+    /// does), a hanging job's recent iterations, the SIGTERMs of stopped
+    /// jobs, and idle ticks that move its clock (the offline loop's). What
+    /// it stops exercising: heartbeat deadlines of healthy nodes, DCGM
+    /// telemetry and metric rules (an ECC error is still found by its Xid
+    /// line), benign log noise, progress lines, straggler statistics and
+    /// per-rank iteration records. Failures, actions and their timing
+    /// are the same as with every record (`docs/EVALUATION.md`).
+    pub fn with_sparse_feed(mut self) -> Sim {
+        self.sparse = true;
+        self
+    }
+
+    /// Whether this simulation emits a sparse feed.
+    pub fn is_sparse(&self) -> bool {
+        self.sparse
+    }
+
+    /// The next tick at which something can happen: with every record that
+    /// is the next tick; with a sparse feed the soonest of the scheduled
+    /// actions, transitions, repairs and failures, or the next tick while a
+    /// watched node reports.
+    pub fn next_event_ms(&self) -> i64 {
+        let next_tick = self.now + TICK_MS;
+        if !self.sparse || !self.started || !self.watched.is_empty() {
+            return next_tick;
+        }
+        let start = self.config.start_ms;
+        let on_tick = |t: i64| tick_at_or_after(start, t).max(next_tick);
+        let mut next = i64::MAX;
+        if let Some(((at, _), _)) = self.scheduled.first_key_value() {
+            next = next.min(on_tick(*at));
+        }
+        for job in self.jobs.values() {
+            if let Phase::Transition { until } = job.phase {
+                next = next.min(on_tick(until));
+            }
+        }
+        if let Some((at, _)) = self.repairs.first() {
+            next = next.min(on_tick(*at));
+        }
+        if let Some(entry) = self.trace.front() {
+            next = next.min(on_tick(start + (entry.at_s * 1000.0) as i64));
+        }
+        if let Some(at) = self.next_random_fault {
+            next = next.min(on_tick(at));
+        }
+        next
     }
 
     pub fn config(&self) -> &SimConfig {
@@ -238,10 +335,57 @@ impl Sim {
             self.announce(&mut out);
         }
         while self.now + TICK_MS <= target_ms {
-            self.now += TICK_MS;
+            let next = self.next_event_ms();
+            if next > target_ms {
+                self.quiet_until(target_ms - (target_ms - self.now) % TICK_MS);
+                break;
+            }
+            self.quiet_until(next - TICK_MS);
+            self.now = next;
             self.tick(&mut out);
         }
         out
+    }
+
+    /// Sparse feed: runs the ticks up to `until` at once, where nothing but
+    /// training happens: jobs progress and checkpoint as tick by tick.
+    fn quiet_until(&mut self, until: i64) {
+        if until <= self.now {
+            return;
+        }
+        let checkpoint_ms = self.config.checkpoint_interval_s * 1000;
+        let (gpn, factor) = (self.config.gpus_per_node, self.config.throughput_factor);
+        let from = self.now;
+        for job in self.jobs.values_mut() {
+            let iteration_s = job.model.iteration_s(job.nodes.len() as u32 * gpn) / factor;
+            if job.phase != Phase::Running || !iteration_s.is_finite() {
+                job.downtime_ms += until - from;
+                continue;
+            }
+            let mut at = from;
+            while at < until {
+                // Checkpoints are taken on the first running tick due.
+                let due = (job.last_checkpoint + checkpoint_ms).max(at + TICK_MS);
+                let to = due.min(until);
+                job.run_ticks(at, (to - at) / TICK_MS, iteration_s);
+                at = to;
+                if at == due {
+                    job.last_checkpoint = at;
+                    job.checkpoint_iteration = job.iteration;
+                }
+            }
+        }
+        let rate = self.current_rate();
+        self.truth.account_span(from, until, rate);
+        self.now = until;
+        self.truth.work = self.total_work();
+    }
+
+    fn total_work(&self) -> f64 {
+        self.jobs
+            .values()
+            .map(|j| j.weight * j.model.iteration_flops() * (j.iteration as f64 + j.partial))
+            .sum()
     }
 
     /// Node joins and job submissions at the start.
@@ -296,7 +440,11 @@ impl Sim {
         self.repair_nodes(out);
         self.inject_due(out);
         self.progress_jobs(out);
-        self.node_signals(out);
+        if self.sparse {
+            self.watched_signals(out);
+        } else {
+            self.node_signals(out);
+        }
         self.truth.account(now, self.current_rate());
     }
 
@@ -315,26 +463,34 @@ impl Sim {
     }
 
     fn repair_nodes(&mut self, out: &mut Vec<Emission>) {
-        for (name, node) in &mut self.nodes {
-            if let NodeState::Isolated { repair_at, .. } = node.state
-                && repair_at <= self.now
-            {
-                node.state = NodeState::Up;
-                node.fault = None;
-                node.next_heartbeat = self.now;
-                out.push(Emission::Cluster(ClusterEvent {
-                    cluster: self.config.cluster.clone(),
-                    time_ms: self.now,
-                    kind: ClusterEventKind::NodeRepaired,
-                    node: Some(name.clone()),
-                    gpus: Some(self.config.gpus_per_node as i32),
-                    job_id: None,
-                    job: None,
-                    address: None,
-                    launch: None,
-                    reason: None,
-                }));
-            }
+        let mut due = Vec::new();
+        while let Some((at, _)) = self.repairs.first()
+            && *at <= self.now
+        {
+            due.push(self.repairs.pop_first().expect("peeked").1);
+        }
+        // In node order, as a scan of every node would find them.
+        due.sort();
+        for name in due {
+            let node = self.nodes.get_mut(&name).expect("isolated nodes exist");
+            node.state = NodeState::Up;
+            node.fault = None;
+            node.next_heartbeat = self.now;
+            // Repaired (rebooted, the GPU replaced): DCGM's volatile error
+            // counters start again from zero, not from the fault's count.
+            node.ecc_dbe.iter_mut().for_each(|c| *c = 0.0);
+            out.push(Emission::Cluster(ClusterEvent {
+                cluster: self.config.cluster.clone(),
+                time_ms: self.now,
+                kind: ClusterEventKind::NodeRepaired,
+                node: Some(name),
+                gpus: Some(self.config.gpus_per_node as i32),
+                job_id: None,
+                job: None,
+                address: None,
+                launch: None,
+                reason: None,
+            }));
         }
     }
 
@@ -420,6 +576,9 @@ impl Sim {
             .iter()
             .position(|n| *n == name)
             .unwrap_or(0) as u32;
+        if self.sparse {
+            self.sparse_history(&name, &job_id, kind, out);
+        }
         let index = self.truth.faults.len();
         self.truth.faults.push(Fault::new(
             index,
@@ -462,6 +621,77 @@ impl Sim {
         }
         if let Some(code) = shown.exit_code {
             out.push(self.exit(&name, &job_id, rank, Some(code), None));
+        }
+    }
+
+    /// Sparse feed: what the detector would know of `node` and its job
+    /// just before a failure: the node's heartbeat of the last tick (it is
+    /// watched from now on) and, for a hang, the job's recent iterations.
+    fn sparse_history(
+        &mut self,
+        node: &str,
+        job_id: &str,
+        kind: FailureKind,
+        out: &mut Vec<Emission>,
+    ) {
+        if self.watched.insert(node.to_string()) {
+            let mut beat = AgentEvent::new(
+                &self.config.cluster,
+                node,
+                self.now - TICK_MS,
+                AgentEventKind::Heartbeat,
+            );
+            beat.job = Some(job_id.to_string());
+            out.push(Emission::Agent(beat));
+        }
+        let job = &self.jobs[job_id];
+        if kind != FailureKind::TaskHang {
+            return;
+        }
+        let Some(at) = job.last_completion_ms else {
+            return;
+        };
+        let gpus = job.nodes.len() as u32 * self.config.gpus_per_node;
+        let iteration_ms = job.model.iteration_s(gpus) / self.config.throughput_factor * 1000.0;
+        let first = job
+            .iteration
+            .saturating_sub(job.iterations_seen.min(SPARSE_ITERATIONS));
+        for iteration in first + 1..=job.iteration {
+            let mut done = AgentEvent::new(
+                &self.config.cluster,
+                &job.nodes[0],
+                at,
+                AgentEventKind::IterationDone,
+            );
+            done.job = Some(job_id.to_string());
+            done.rank = Some(0);
+            done.iteration = Some(iteration as i64);
+            done.iteration_time_ms = Some(iteration_ms);
+            out.push(Emission::Agent(done));
+        }
+    }
+
+    /// Sparse feed: heartbeats of the watched nodes; a node whose fault is
+    /// cleared leaves the watch (the detector stops its deadline, as for a
+    /// departing agent).
+    fn watched_signals(&mut self, out: &mut Vec<Emission>) {
+        let watched: Vec<String> = self.watched.iter().cloned().collect();
+        for name in watched {
+            let node = &self.nodes[&name];
+            let kind = if node.fault.is_none() {
+                self.watched.remove(&name);
+                AgentEventKind::Leaving
+            } else if matches!(
+                node.state,
+                NodeState::Down | NodeState::Isolated { dark: true, .. }
+            ) {
+                continue;
+            } else {
+                AgentEventKind::Heartbeat
+            };
+            let mut event = AgentEvent::new(&self.config.cluster, &name, self.now, kind);
+            event.job = node.job.clone();
+            out.push(Emission::Agent(event));
         }
     }
 
@@ -511,6 +741,11 @@ impl Sim {
             while job.partial >= 1.0 {
                 job.partial -= 1.0;
                 job.iteration += 1;
+                job.iterations_seen += 1;
+                job.last_completion_ms = Some(self.now);
+                if self.sparse {
+                    continue;
+                }
                 let jitter = 1.0 + (self.rng.random::<f64>() - 0.5) * 0.04;
                 for (rank, node) in job.nodes.iter().enumerate() {
                     out.push(Emission::Agent(AgentEvent {
@@ -553,12 +788,7 @@ impl Sim {
                 job.checkpoint_iteration = job.iteration;
             }
         }
-        let work: f64 = self
-            .jobs
-            .values()
-            .map(|j| j.weight * j.model.iteration_flops() * (j.iteration as f64 + j.partial))
-            .sum();
-        self.truth.work = work;
+        self.truth.work = self.total_work();
     }
 
     /// Heartbeats, DCGM telemetry and benign log noise of every node.
@@ -808,6 +1038,7 @@ impl Sim {
                         repair_at,
                         dark: node.state == NodeState::Down,
                     };
+                    self.repairs.insert((repair_at, name.clone()));
                 }
                 if let Some(index) = node.fault.take() {
                     self.truth.resolve(index, now, request.action);
@@ -962,6 +1193,11 @@ impl Sim {
             })
             .map(|(rank, node)| self.exit(node, id, rank as u32, None, Some(SIGTERM)))
             .collect();
+        if !exits.is_empty()
+            && let Some(job) = self.jobs.get_mut(id)
+        {
+            job.iterations_seen = 0;
+        }
         out.extend(exits);
     }
 
@@ -996,6 +1232,12 @@ fn restart_s(t: &crate::config::Transitions, restore_from: Option<&str>) -> f64 
     } else {
         t.restart_checkpoint_s
     }
+}
+
+/// The first tick (of a run started at `start_ms`) at or after `t_ms`:
+/// when a tick-by-tick run finds something due at `t_ms`.
+pub fn tick_at_or_after(start_ms: i64, t_ms: i64) -> i64 {
+    start_ms - (start_ms - t_ms).div_euclid(TICK_MS) * TICK_MS
 }
 
 /// A sample of an exponential distribution with this mean, ms.
@@ -1050,6 +1292,8 @@ fn plan_jobs(config: &SimConfig) -> BTreeMap<String, Job> {
                     last_checkpoint: config.start_ms,
                     fault: None,
                     downtime_ms: 0,
+                    iterations_seen: 0,
+                    last_completion_ms: None,
                 },
             )
         })

@@ -101,6 +101,18 @@ impl Truth {
         }
     }
 
+    /// Every tick after `from_ms` up to `until_ms` at one `rate`: what
+    /// [`Truth::account`] would record tick by tick.
+    pub fn account_span(&mut self, from_ms: i64, until_ms: i64, rate: f64) {
+        let since = from_ms - self.start_ms;
+        let mut t = self.start_ms + (since.div_euclid(TIMELINE_EVERY_MS) + 1) * TIMELINE_EVERY_MS;
+        while t <= until_ms && self.timeline.len() < TIMELINE_MAX {
+            self.timeline.push((t, rate));
+            t += TIMELINE_EVERY_MS;
+        }
+        self.now_ms = until_ms;
+    }
+
     pub fn count_action(&mut self, action: CommandAction) {
         *self.actions.entry(action).or_default() += 1;
     }
