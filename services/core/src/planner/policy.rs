@@ -289,6 +289,10 @@ pub struct ElasticSingleJob;
 
 impl ElasticSingleJob {
     /// Resizes `job` towards `target` GPUs with its nodes and free ones.
+    /// Resizes `job` towards `target` from the free nodes. `free` caches
+    /// them across the resizes of one plan (finding them walks the cluster,
+    /// and a capacity change resizes every job): nodes taken leave it, a
+    /// shrink empties it.
     fn resize(
         config: &PlannerConfig,
         state: &mut ClusterState,
@@ -296,15 +300,20 @@ impl ElasticSingleJob {
         target: u32,
         hit: bool,
         severity: Severity,
+        free: &mut Option<Vec<String>>,
     ) -> Option<Action> {
         let unit = config.node_gpus.max(1);
         let j = state.jobs.get(job)?;
         let (min, max) = (j.spec.min_gpus.max(0) as u32, j.spec.max_gpus.max(0) as u32);
         let mut nodes = j.nodes.clone();
-        let free = state.free_nodes();
         let want = (target.min(max) / unit) as usize;
         if nodes.len() < want {
-            nodes.extend(free.into_iter().take(want - nodes.len()));
+            let spare = free.get_or_insert_with(|| state.free_nodes());
+            let take = (want - nodes.len()).min(spare.len());
+            nodes.extend(spare.drain(..take));
+        }
+        if nodes.len() > want || (nodes.len() as u32) * unit < min {
+            *free = None;
         }
         nodes.truncate(want);
         if (nodes.len() as u32) * unit < min {
@@ -340,6 +349,7 @@ impl Policy for ElasticSingleJob {
                         target,
                         true,
                         hit.severity,
+                        &mut None,
                     ));
                 }
                 with_snapshot(
@@ -367,6 +377,7 @@ impl Policy for ElasticSingleJob {
     ) -> Plan {
         let mut actions = Vec::new();
         let ids: Vec<String> = state.jobs.keys().cloned().collect();
+        let mut free = None;
         for job in ids {
             let j = &state.jobs[&job];
             let target = j.target_gpus();
@@ -378,6 +389,7 @@ impl Policy for ElasticSingleJob {
                 target,
                 hit,
                 Severity::Sev1,
+                &mut free,
             ));
         }
         with_snapshot(
