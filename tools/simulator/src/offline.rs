@@ -110,6 +110,13 @@ impl Offline {
         }
     }
 
+    /// Decisions without their state digest (see
+    /// [`Planner::without_digests`]): for evaluations, not for archives.
+    pub fn without_digests(mut self) -> Offline {
+        self.planner = self.planner.without_digests();
+        self
+    }
+
     /// Holds failures of `delay.kinds` back until `delay_ms` after their
     /// first evidence.
     pub fn with_detection_delay(mut self, delay: DetectionDelay) -> Offline {

@@ -85,6 +85,8 @@ pub struct Planner {
     config: PlannerConfig,
     signer: CommandSigner,
     clusters: BTreeMap<String, ClusterState>,
+    /// Decisions carry the digest of the state they were taken on.
+    digests: bool,
 }
 
 impl Planner {
@@ -93,7 +95,17 @@ impl Planner {
             config,
             signer,
             clusters: BTreeMap::new(),
+            digests: true,
         }
+    }
+
+    /// A planner whose decisions leave `inputs_digest` empty: for the
+    /// offline evaluation, which compares policies and never replays its
+    /// decisions. Hashing the whole state is a third of a decision's cost
+    /// at 10,240 GPUs. The decisions are otherwise the same.
+    pub fn without_digests(mut self) -> Planner {
+        self.digests = false;
+        self
     }
 
     pub fn config(&self) -> &PlannerConfig {
@@ -151,7 +163,11 @@ impl Planner {
         // results are most inputs, and a copy is as large as the cluster).
         let before = matches!(input.event, InputEvent::Cluster(_)).then(|| state.clone());
         let watermark = state.watermark_ms;
-        let digest = inputs_digest(state, input);
+        let digest = if self.digests {
+            inputs_digest(state, input)
+        } else {
+            String::new()
+        };
         state.watermark_ms = state.watermark_ms.max(input.event.time_ms());
         let policy = policy::policy(self.config.policy);
         let step = match &input.event {
