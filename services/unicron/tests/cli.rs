@@ -154,7 +154,9 @@ fn evaluate_compares_policies_and_writes_the_docs() {
         "unicron",
         "checkpoint-restart",
         "elastic-single-job",
-        "bamboo-like",
+        "oobleck",
+        "varuna",
+        "bamboo",
     ] {
         let waf = e["policies"][policy]["waf_fraction"].as_f64().unwrap();
         assert!(waf > 0.0 && waf < 1.0, "{policy}: {waf}");
