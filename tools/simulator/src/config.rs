@@ -72,6 +72,30 @@ pub enum Arrivals {
     Demo,
 }
 
+/// Which jobs the cluster runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// GPT-3 1.3B, 2.7B, 6.7B and 13B in turn, weights 1, 2, 1.5 in turn:
+    /// similar per-GPU rates and scaling.
+    #[default]
+    Uniform,
+    /// [`crate::profiles::HETEROGENEOUS`] in turn: replicas of 8 to 64 GPUs,
+    /// scaling from 80% to 99% per doubling, weights 0.5 to 8.
+    Heterogeneous,
+}
+
+impl Workload {
+    /// The `i`th job's model and weight.
+    pub fn job(self, i: usize) -> (crate::profiles::Model, f64) {
+        use crate::profiles::{HETEROGENEOUS, MODELS, WEIGHTS};
+        match self {
+            Workload::Uniform => (MODELS[i % MODELS.len()], WEIGHTS[i % WEIGHTS.len()]),
+            Workload::Heterogeneous => HETEROGENEOUS[i % HETEROGENEOUS.len()],
+        }
+    }
+}
+
 /// Everything that shapes a simulated cluster and its run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -81,6 +105,8 @@ pub struct SimConfig {
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub jobs: u32,
+    /// Which jobs: similar ones, or heterogeneous ones.
+    pub workload: Workload,
     /// Seed of every random choice: same seed, same run.
     pub seed: u64,
     /// Simulated seconds per real second.
@@ -127,6 +153,7 @@ impl Default for SimConfig {
             nodes: 16,
             gpus_per_node: 8,
             jobs: 3,
+            workload: Workload::Uniform,
             seed: 1,
             speed: 30.0,
             mtbf_s: None,
@@ -186,9 +213,7 @@ impl SimConfig {
             return bad("jobs", "must be at least 1".into());
         }
         let need: u32 = (0..self.jobs)
-            .map(|i| {
-                crate::profiles::MODELS[i as usize % crate::profiles::MODELS.len()].replica_gpus
-            })
+            .map(|i| self.workload.job(i as usize).0.replica_gpus)
             .map(|g| g.div_ceil(self.gpus_per_node))
             .sum();
         if need > self.nodes {

@@ -13,7 +13,7 @@ use unicron_core::FailureKind;
 use unicron_core::detector::DetectorConfig;
 use unicron_core::planner::{PlannerConfig, PolicyName};
 
-use crate::config::{SimConfig, Transitions};
+use crate::config::{SimConfig, Transitions, Workload};
 use crate::model::Sim;
 use crate::offline::{DetectionDelay, Offline};
 
@@ -157,6 +157,7 @@ pub struct Scenario {
     pub hours: f64,
     /// Mean time between failures of the whole cluster, seconds.
     pub mtbf_s: f64,
+    pub workload: Workload,
 }
 
 fn scenario(name: &str, nodes: u32, jobs: u32, hours: f64, rate: f64) -> Scenario {
@@ -167,6 +168,7 @@ fn scenario(name: &str, nodes: u32, jobs: u32, hours: f64, rate: f64) -> Scenari
         jobs,
         hours,
         mtbf_s: crate::config::GPU_HOURS_PER_FAILURE / gpus * 3_600.0 / rate,
+        workload: Workload::Uniform,
     }
 }
 
@@ -181,6 +183,11 @@ pub fn scenarios() -> Vec<Scenario> {
         scenario("rate-2x", 16, 4, 7.0 * 24.0, 2.0),
         scenario("rate-4x", 16, 4, 7.0 * 24.0, 4.0),
         scenario("smoke", 8, 2, 6.0, 2.0),
+        // Jobs that differ: where a node goes after a failure matters.
+        Scenario {
+            workload: Workload::Heterogeneous,
+            ..scenario("heterogeneous", 128, 8, 7.0 * 24.0, 1.0)
+        },
     ]
 }
 
@@ -206,6 +213,7 @@ pub fn run(scenario: &Scenario, policy: &PolicyModel, seed: u64) -> Run {
     let config = SimConfig {
         nodes: scenario.nodes,
         jobs: scenario.jobs,
+        workload: scenario.workload,
         seed,
         mtbf_s: Some(scenario.mtbf_s),
         transitions: policy.transitions.clone(),

@@ -19,7 +19,7 @@ use unicron_core::{
 
 use crate::config::{Arrivals, SimConfig};
 use crate::faults::{self, TraceEntry};
-use crate::profiles::{MODELS, Model, WEIGHTS};
+use crate::profiles::Model;
 use crate::truth::{Fault, Truth};
 
 const TICK_MS: i64 = 1_000;
@@ -1259,18 +1259,27 @@ fn exponential(rng: &mut ChaCha8Rng, mean_ms: f64) -> i64 {
 fn plan_jobs(config: &SimConfig) -> BTreeMap<String, Job> {
     let gpn = config.gpus_per_node;
     let models: Vec<Model> = (0..config.jobs)
-        .map(|i| MODELS[i as usize % MODELS.len()])
+        .map(|i| config.workload.job(i as usize).0)
         .collect();
     let mut nodes: Vec<u32> = models
         .iter()
         .map(|m| m.replica_gpus.div_ceil(gpn))
         .collect();
     let mut left = config.nodes.saturating_sub(nodes.iter().sum());
+    // Uniform jobs grow a node at a time; heterogeneous ones a whole
+    // replica at a time (a part of one adds nothing), while one fits.
+    let step = |m: &Model| match config.workload {
+        crate::config::Workload::Uniform => 1,
+        crate::config::Workload::Heterogeneous => m.replica_gpus.div_ceil(gpn),
+    };
     let mut i = 0;
-    while left > 0 {
+    while left > 0 && models.iter().any(|m| step(m) <= left) {
         let n = nodes.len();
-        nodes[i % n] += 1;
-        left -= 1;
+        let grow = step(&models[i % n]);
+        if grow <= left {
+            nodes[i % n] += grow;
+            left -= grow;
+        }
         i += 1;
     }
     models
@@ -1282,7 +1291,7 @@ fn plan_jobs(config: &SimConfig) -> BTreeMap<String, Job> {
                 format!("job-{i}"),
                 Job {
                     model: *model,
-                    weight: WEIGHTS[i % WEIGHTS.len()],
+                    weight: config.workload.job(i).1,
                     max_gpus: n * gpn,
                     nodes: Vec::new(),
                     phase: Phase::Pending,
@@ -1298,4 +1307,47 @@ fn plan_jobs(config: &SimConfig) -> BTreeMap<String, Job> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Workload;
+
+    /// Heterogeneous jobs get whole replicas (a part of one adds nothing)
+    /// and differ in replica size, scaling and weight.
+    #[test]
+    fn heterogeneous_jobs_get_whole_replicas() {
+        let config = SimConfig {
+            nodes: 128,
+            jobs: 8,
+            workload: Workload::Heterogeneous,
+            ..SimConfig::default()
+        };
+        let jobs = plan_jobs(&config);
+        let used: u32 = jobs.values().map(|j| j.max_gpus / 8).sum();
+        assert!(used <= 128 && used > 120, "{used} of 128 nodes");
+        for job in jobs.values() {
+            assert_eq!(
+                job.max_gpus % job.model.replica_gpus,
+                0,
+                "{}",
+                job.model.name
+            );
+        }
+        let replicas: BTreeSet<u32> = jobs.values().map(|j| j.model.replica_gpus).collect();
+        assert_eq!(replicas.len(), 4);
+        let weights: Vec<f64> = jobs.values().map(|j| j.weight).collect();
+        let spread = weights.iter().cloned().fold(0.0, f64::max)
+            / weights.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(spread >= 10.0, "{weights:?}");
+        // The uniform default is what it was: a node at a time.
+        let uniform = plan_jobs(&SimConfig {
+            nodes: 16,
+            jobs: 3,
+            ..SimConfig::default()
+        });
+        let sizes: Vec<u32> = uniform.values().map(|j| j.max_gpus / 8).collect();
+        assert_eq!(sizes.iter().sum::<u32>(), 16, "{sizes:?}");
+    }
 }

@@ -24,6 +24,8 @@ pub struct Model {
     pub gpu_flops: f64,
     /// GPUs of one model replica (tensor × pipeline parallel): the minimum.
     pub replica_gpus: u32,
+    /// Throughput kept per doubling of data-parallel replicas.
+    pub efficiency: f64,
 }
 
 /// Efficiency kept per doubling of data-parallel replicas (assumption).
@@ -37,6 +39,7 @@ pub const MODELS: [Model; 4] = [
         batch_tokens: 1.0e6,
         gpu_flops: 137e12, // Megatron 1.7B row: 137 TFLOP/s
         replica_gpus: 8,
+        efficiency: EFFICIENCY_PER_DOUBLING,
     },
     Model {
         name: "gpt3-2.7b",
@@ -44,6 +47,7 @@ pub const MODELS: [Model; 4] = [
         batch_tokens: 1.0e6,
         gpu_flops: 138e12, // 3.6B row: 138 TFLOP/s
         replica_gpus: 8,
+        efficiency: EFFICIENCY_PER_DOUBLING,
     },
     Model {
         name: "gpt3-6.7b",
@@ -51,6 +55,7 @@ pub const MODELS: [Model; 4] = [
         batch_tokens: 2.0e6,
         gpu_flops: 142e12, // 7.5B row: 142 TFLOP/s
         replica_gpus: 8,
+        efficiency: EFFICIENCY_PER_DOUBLING,
     },
     Model {
         name: "gpt3-13b",
@@ -58,6 +63,7 @@ pub const MODELS: [Model; 4] = [
         batch_tokens: 2.0e6,
         gpu_flops: 135e12, // 18B row: 135 TFLOP/s
         replica_gpus: 16,
+        efficiency: EFFICIENCY_PER_DOUBLING,
     },
 ];
 
@@ -74,9 +80,7 @@ impl Model {
         }
         let replicas = gpus / self.replica_gpus;
         let doublings = f64::from(replicas).log2();
-        f64::from(replicas * self.replica_gpus)
-            * self.gpu_flops
-            * EFFICIENCY_PER_DOUBLING.powf(doublings)
+        f64::from(replicas * self.replica_gpus) * self.gpu_flops * self.efficiency.powf(doublings)
     }
 
     /// Seconds per iteration on `gpus` GPUs.
@@ -124,6 +128,63 @@ impl Model {
 
 /// Weights given to jobs in turn (the paper weighs jobs differently).
 pub const WEIGHTS: [f64; 3] = [1.0, 2.0, 1.5];
+
+/// The heterogeneous workload: jobs whose minimum size is set by tensor and
+/// pipeline parallelism (one replica = TP x PP GPUs), whose data-parallel
+/// scaling differs, and whose weights are far apart, so that where a node
+/// goes matters. Model sizes follow the GPT-3 family; the per-GPU rates are
+/// the Megatron rows above (18B for the larger models), the replica sizes
+/// and scaling efficiencies are ASSUMPTIONS in the range public Megatron
+/// configurations use (docs/EVALUATION.md). Each entry: model and weight.
+pub const HETEROGENEOUS: [(Model, f64); 4] = [
+    (
+        // Data parallel across nodes scales almost linearly.
+        Model {
+            name: "gpt3-6.7b-tp8",
+            parameters: 6.7e9,
+            batch_tokens: 2.0e6,
+            gpu_flops: 142e12,
+            replica_gpus: 8,
+            efficiency: 0.99,
+        },
+        1.0,
+    ),
+    (
+        Model {
+            name: "gpt3-13b-tp8pp2",
+            parameters: 13.0e9,
+            batch_tokens: 2.0e6,
+            gpu_flops: 135e12,
+            replica_gpus: 16,
+            efficiency: 0.95,
+        },
+        4.0,
+    ),
+    (
+        // A communication-bound job: each doubling loses a fifth.
+        Model {
+            name: "gpt3-30b-tp8pp4",
+            parameters: 30.0e9,
+            batch_tokens: 4.0e6,
+            gpu_flops: 135e12,
+            replica_gpus: 32,
+            efficiency: 0.80,
+        },
+        0.5,
+    ),
+    (
+        // The flagship: large replicas, heavy weight.
+        Model {
+            name: "gpt3-175b-tp8pp8",
+            parameters: 175.0e9,
+            batch_tokens: 4.0e6,
+            gpu_flops: 135e12,
+            replica_gpus: 64,
+            efficiency: 0.97,
+        },
+        8.0,
+    ),
+];
 
 #[cfg(test)]
 mod tests {
