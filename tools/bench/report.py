@@ -142,6 +142,7 @@ def main():
     print()
     agent(work)
     slurm(work)
+    clusters(work)
     sustained = os.path.join(work, "sustained.md")
     if os.path.exists(sustained):
         print(SUSTAINED_TITLE)
@@ -234,6 +235,36 @@ def slurm(work):
     print("delay is `BeginTime`: Slurm holds a requeued job for the credential lifetime")
     print("(`AuthInfo=cred_expire`, 120 s by default). Under unicron the job never leaves")
     print("its allocation: the agents restart the workers on the nodes it keeps.")
+    print()
+
+
+def clusters(work):
+    """Many clusters on one planner: tools/bench/clusters.sh --json."""
+    runs = []
+    for name in sorted(os.listdir(work)):
+        if name.startswith("clusters-") and name.endswith(".json"):
+            with open(os.path.join(work, name), encoding="utf-8") as f:
+                runs.append(json.load(f))
+    if not runs:
+        return
+    runs.sort(key=lambda r: r["clusters"])
+    print("## Many clusters on one planner")
+    print()
+    print("`tools/bench/clusters.sh`: N clusters of 1,024 GPUs (128 nodes, 16 jobs each) on one")
+    print("planner service and the embedded broker; failures fed straight to it (the planner")
+    print("alone), half SEV3 (a reattempt) and half SEV1 (an isolation and a re-plan of the")
+    print("whole cluster), at 10x the paper rate in event time 10x faster than real time.")
+    print("Latency: failure produced → first command naming it consumed. RSS is the bench")
+    print("process (planner and embedded broker); restart: planner stopped and started on")
+    print("its RocksDB state → its first decision.")
+    print()
+    print("| clusters | GPUs | failures | per s | decided | p50 | p99 | RSS at start → end | state | max lag | restart |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in runs:
+        print(f"| {r['clusters']} | {r['clusters'] * r['gpus_per_cluster']:,} | {r['failures']} | {r['inputs_per_s']:.1f} "
+              f"| {r['decisions']} | {r['decision_p50_ms']:.1f} ms | {r['decision_p99_ms']:.1f} ms "
+              f"| {r['rss_mb_at_start_of_failures']:.0f} → {r['planner_rss_mb']:.0f} MB | {r['state_mb']:.1f} MB "
+              f"| {r['max_lag_records']} | {r['restart_s'] or 0:.1f} s |")
     print()
 
 

@@ -37,6 +37,10 @@ cargo build -q --release -p unicron
 "$CARGO_TARGET_DIR/release/unicron" up --trace tools/traces/example.csv --duration 60s \
   --no-archive --summary-json "$work/up.json" >"$work/up.out" 2>/dev/null
 
+echo "bench: many clusters on one planner (about 15 min)" >&2
+tools/bench/clusters.sh --clusters 100 --minutes 5 --json "$work/clusters-100.json" >/dev/null
+tools/bench/clusters.sh --clusters 300 --minutes 5 --json "$work/clusters-300.json" >/dev/null
+
 echo "bench: the node agent's cost (40 s)" >&2
 python3 tools/bench/agent.py --unicron "$CARGO_TARGET_DIR/release/unicron" >"$work/agent.out"
 
