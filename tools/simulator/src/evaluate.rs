@@ -31,15 +31,6 @@ pub struct PolicyModel {
 /// The Unicron paper: Megatron learns of hangs and network faults only when the
 /// 30-minute NCCL timeout fires; a dead node shows the same way to its peers.
 const NCCL_TIMEOUT_MS: i64 = 30 * 60 * 1000;
-const LATE_KINDS: [FailureKind; 7] = [
-    FailureKind::NcclTimeout,
-    FailureKind::NetworkError,
-    FailureKind::LinkFlapping,
-    FailureKind::ConnectionRefused,
-    FailureKind::ConnectionReset,
-    FailureKind::TaskHang,
-    FailureKind::LostConnection,
-];
 
 /// The kinds the elastic baselines also learn of only at the NCCL
 /// timeout: they watch for a lost node or process (a TCP disconnect, a
@@ -122,7 +113,7 @@ pub fn policies() -> Vec<PolicyModel> {
         PolicyModel {
             name: "checkpoint-restart",
             planner: PolicyName::CheckpointRestart,
-            delay: late(&LATE_KINDS),
+            delay: late(&[&HANG_KINDS[..], &[FailureKind::LostConnection]].concat()),
             transitions: every_transition(megatron_restart_s, unicron.resume_s),
             throughput_factor: 1.0,
         },

@@ -388,21 +388,18 @@ impl Sim {
             .sum()
     }
 
+    /// A node's cluster event, now.
+    fn node_event(&self, kind: ClusterEventKind, node: &str) -> Emission {
+        let mut event = ClusterEvent::new(self.config.cluster.clone(), self.now, kind);
+        event.node = Some(node.to_string());
+        event.gpus = Some(self.config.gpus_per_node as i32);
+        Emission::Cluster(event)
+    }
+
     /// Node joins and job submissions at the start.
     fn announce(&mut self, out: &mut Vec<Emission>) {
         for name in self.nodes.keys() {
-            out.push(Emission::Cluster(ClusterEvent {
-                cluster: self.config.cluster.clone(),
-                time_ms: self.now,
-                kind: ClusterEventKind::NodeJoined,
-                node: Some(name.clone()),
-                gpus: Some(self.config.gpus_per_node as i32),
-                job_id: None,
-                job: None,
-                address: None,
-                launch: None,
-                reason: None,
-            }));
+            out.push(self.node_event(ClusterEventKind::NodeJoined, name));
         }
         for (id, job) in &self.jobs {
             out.push(Emission::Cluster(ClusterEvent {
@@ -479,18 +476,7 @@ impl Sim {
             // Repaired (rebooted, the GPU replaced): DCGM's volatile error
             // counters start again from zero, not from the fault's count.
             node.ecc_dbe.iter_mut().for_each(|c| *c = 0.0);
-            out.push(Emission::Cluster(ClusterEvent {
-                cluster: self.config.cluster.clone(),
-                time_ms: self.now,
-                kind: ClusterEventKind::NodeRepaired,
-                node: Some(name),
-                gpus: Some(self.config.gpus_per_node as i32),
-                job_id: None,
-                job: None,
-                address: None,
-                launch: None,
-                reason: None,
-            }));
+            out.push(self.node_event(ClusterEventKind::NodeRepaired, &name));
         }
     }
 
