@@ -39,6 +39,7 @@ fn problem(gpus: u32, jobs: usize, seed: u64) -> Problem {
                 weight: 1.0 + next(3) as f64,
                 min_gpus: min,
                 max_gpus: max,
+                unit_gpus: unit,
                 current_gpus: (share / unit) * unit,
                 hit: i == 0,
                 transition_s: 600.0,

@@ -419,17 +419,22 @@ fn plan_job() -> impl Strategy<Value = PlanRequestJob> {
             .collect()
     });
     (
-        (Just(""), 0.0f64..10.0),
+        (Just(""), 0.0f64..10.0, 0i64..72),
         (0i64..48, 0i64..48, 0i64..96, any::<bool>()),
         (0.0f64..5000.0, points),
     )
         .prop_map(
-            |((id, weight), (min, extra, current_gpus, hit), (d_transition_s, throughput))| {
+            |(
+                (id, weight, unit_gpus),
+                (min, extra, current_gpus, hit),
+                (d_transition_s, throughput),
+            )| {
                 PlanRequestJob {
                     id: id.to_string(),
                     weight,
                     min_gpus: min,
                     max_gpus: min + extra,
+                    unit_gpus,
                     current_gpus,
                     hit,
                     d_transition_s,
@@ -670,6 +675,7 @@ fn job(id: usize, min: i64, max: i64, points: usize) -> PlanRequestJob {
         weight: 1.0 + (id % 3) as f64,
         min_gpus: min,
         max_gpus: max,
+        unit_gpus: 0,
         current_gpus: 0,
         hit: false,
         d_transition_s: 600.0,

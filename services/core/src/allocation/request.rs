@@ -23,6 +23,9 @@ pub struct PlanRequestJob {
     pub weight: f64,
     pub min_gpus: i64,
     pub max_gpus: i64,
+    /// The job's own unit (one replica); 0: any multiple of `unit`.
+    #[serde(default)]
+    pub unit_gpus: i64,
     #[serde(default)]
     pub current_gpus: i64,
     #[serde(default)]
@@ -106,6 +109,7 @@ impl PlanRequest {
                 weight: job.weight,
                 min_gpus: gpu_count(job.min_gpus, field("min_gpus"))?,
                 max_gpus: gpu_count(job.max_gpus, field("max_gpus"))?,
+                unit_gpus: gpu_count(job.unit_gpus, field("unit_gpus"))?,
                 current_gpus: gpu_count(job.current_gpus, field("current_gpus"))?,
                 hit: job.hit,
                 transition_s: job.d_transition_s,

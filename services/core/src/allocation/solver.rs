@@ -10,6 +10,10 @@ pub struct JobDemand {
     pub weight: f64,
     pub min_gpus: u32,
     pub max_gpus: u32,
+    /// The job's own unit (one model replica: tensor × pipeline parallel
+    /// GPUs): it runs on whole multiples of it, and GPUs past the last
+    /// whole one compute nothing. 0 or 1: any size.
+    pub unit_gpus: u32,
     /// x_old: what it runs on now (0 if not running).
     pub current_gpus: u32,
     /// Hit by the failure being handled: it pays a transition even if its
@@ -21,8 +25,19 @@ pub struct JobDemand {
 }
 
 impl JobDemand {
-    /// F(t, x) = w · T(x) if x ≥ min, else 0.
+    /// The GPUs of `gpus` that do work: whole units only. A job left with
+    /// part of a replica (it lost a node of a multi-node replica) runs
+    /// without it.
+    pub fn working_gpus(&self, gpus: u32) -> u32 {
+        match self.unit_gpus {
+            0 | 1 => gpus,
+            unit => gpus - gpus % unit,
+        }
+    }
+
+    /// F(t, x) = w · T(x) if x ≥ min, else 0, x counted in whole units.
     pub fn useful_flops(&self, gpus: u32) -> f64 {
+        let gpus = self.working_gpus(gpus);
         if gpus == 0 || gpus < self.min_gpus {
             0.0
         } else {
@@ -40,19 +55,31 @@ impl JobDemand {
         }
     }
 
+    /// Allocation units (of `unit` GPUs) that hold a whole number of the
+    /// job's own units: sizes are multiples of this.
+    fn step_units(&self, unit: u32) -> u64 {
+        let unit = u64::from(unit.max(1));
+        let own = u64::from(self.unit_gpus.max(1));
+        own / gcd(unit, own)
+    }
+
     /// How many sizes [`JobDemand::options`] gives, without listing them.
     fn option_count(&self, unit: u32, units: u32) -> u64 {
+        let step = self.step_units(unit);
         let unit = u64::from(unit.max(1));
         let lowest = u64::from(self.min_gpus).div_ceil(unit).max(1);
         let highest = (u64::from(self.max_gpus) / unit).min(u64::from(units));
-        1 + (highest + 1).saturating_sub(lowest)
+        1 + (highest / step).saturating_sub((lowest - 1) / step)
     }
 
     /// Sizes the job may get in units of `unit` GPUs: 0, and every multiple
-    /// of `unit` in [min, max]. The current size comes first so that it wins
-    /// ties (no move without a gain).
+    /// of `unit` in [min, max] that is whole units of the job's own (a
+    /// partial replica would hold GPUs that compute nothing). The current
+    /// size comes first so that it wins ties (no move without a gain).
     fn options(&self, unit: u32, units: u32) -> Vec<u32> {
+        let step = self.step_units(unit);
         let mut sizes: Vec<u32> = (1..=units)
+            .filter(|k| u64::from(*k) % step == 0)
             .filter(|k| (self.min_gpus..=self.max_gpus).contains(&(k * unit)))
             .collect();
         sizes.insert(0, 0);
@@ -62,6 +89,10 @@ impl JobDemand {
         }
         sizes
     }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// One allocation problem: healthy GPUs, the unit, D_running, the jobs.
@@ -218,11 +249,95 @@ mod tests {
             weight: 1.0,
             min_gpus: min,
             max_gpus: max,
+            unit_gpus: 0,
             current_gpus: current,
             hit: false,
             transition_s: 600.0,
             profile: Profile::new(points.to_vec(), "throughput").unwrap(),
         }
+    }
+
+    /// A job of 64-GPU replicas (eight 8-GPU nodes each) measured at whole
+    /// replicas only, where interpolating would credit a partial one.
+    fn flagship(weight: f64, current: u32) -> JobDemand {
+        JobDemand {
+            weight,
+            unit_gpus: 64,
+            ..job("flagship", 64, 128, current, &[(64, 64.0), (128, 124.0)])
+        }
+    }
+
+    #[test]
+    fn a_partial_replica_computes_nothing() {
+        let j = flagship(8.0, 128);
+        assert_eq!(j.working_gpus(120), 64);
+        assert_eq!(j.useful_flops(120), 8.0 * 64.0);
+        assert_eq!(j.useful_flops(56), 0.0);
+        assert_eq!(j.useful_flops(128), 8.0 * 124.0);
+        // Without a unit every GPU counts, as before.
+        let any = JobDemand {
+            unit_gpus: 0,
+            ..j.clone()
+        };
+        assert_eq!(any.useful_flops(120), 8.0 * 116.5);
+    }
+
+    #[test]
+    fn only_whole_replicas_are_offered() {
+        let mut j = flagship(8.0, 120);
+        assert_eq!(j.options(8, 16), vec![0, 8, 16]);
+        // Units of 12 GPUs on 8-GPU nodes: every third node completes two.
+        j.unit_gpus = 12;
+        j.min_gpus = 12;
+        assert_eq!(j.options(8, 10), vec![0, 3, 6, 9]);
+    }
+
+    /// The flagship lost a node: 120 GPUs left with 8 spare. It keeps both
+    /// replicas by taking a node from the light job when its weight says
+    /// so, and drops to one whole replica (not 120) when it does not.
+    #[test]
+    fn the_heavy_job_keeps_whole_replicas_when_the_waf_says_so() {
+        let light = job("light", 8, 32, 32, &[(8, 8.0), (32, 31.0)]);
+        let mut problem = Problem {
+            gpus: 152,
+            unit: 8,
+            running_s: 3_600.0,
+            jobs: vec![
+                JobDemand {
+                    hit: true,
+                    ..flagship(8.0, 120)
+                },
+                light.clone(),
+            ],
+        };
+        let best = problem.solve();
+        assert_eq!(best.gpus, vec![128, 24]);
+        assert_eq!(best.waf, 8.0 * 124.0 + light.useful_flops(24));
+
+        // A flagship worth less than the light job's node: one replica,
+        // and the 56 GPUs of the broken one are not held.
+        problem.jobs[0].weight = 0.01;
+        let best = problem.solve();
+        assert_eq!(best.gpus, vec![64, 32]);
+        assert_eq!(best.waf, 0.01 * 64.0 + 31.0);
+    }
+
+    #[test]
+    fn the_value_of_a_partial_replica_is_its_whole_part() {
+        // Keeping the flagship at 120 GPUs is worth one replica, and the
+        // transition it pays is charged on that.
+        let problem = Problem {
+            gpus: 120,
+            unit: 8,
+            running_s: 1_000.0,
+            jobs: vec![flagship(8.0, 120)],
+        };
+        let keep = problem.evaluate(&[120]);
+        assert_eq!(keep.waf, 8.0 * 64.0);
+        let best = problem.solve();
+        assert_eq!(best.gpus, vec![64]);
+        assert_eq!(best.waf, keep.waf);
+        assert_eq!(best.objective, 8.0 * 64.0 * 1_000.0 - 8.0 * 64.0 * 600.0);
     }
 
     #[test]
@@ -291,13 +406,16 @@ mod tests {
             for units in 0..=6 {
                 for min in 0..=20 {
                     for max in min..=24 {
-                        let mut j = job_with(min, max);
-                        j.current_gpus = (min + max) / 2;
-                        assert_eq!(
-                            j.option_count(unit, units),
-                            j.options(unit, units).len() as u64,
-                            "unit {unit} units {units} min {min} max {max}"
-                        );
+                        for own in [0, 1, 4, 8, 12, 16, 64] {
+                            let mut j = job_with(min, max);
+                            j.current_gpus = (min + max) / 2;
+                            j.unit_gpus = own;
+                            assert_eq!(
+                                j.option_count(unit, units),
+                                j.options(unit, units).len() as u64,
+                                "unit {unit} units {units} min {min} max {max} own {own}"
+                            );
+                        }
                     }
                 }
             }
@@ -310,6 +428,7 @@ mod tests {
             weight: 1.0,
             min_gpus: min,
             max_gpus: max,
+            unit_gpus: 0,
             current_gpus: 0,
             hit: false,
             transition_s: 0.0,
@@ -332,9 +451,10 @@ mod properties {
             0.0f64..2000.0,
             0.1f64..3.0,
             proptest::collection::vec(0.0f64..100.0, 1..4),
+            prop_oneof![Just(0u32), Just(8), Just(12), Just(16), Just(24)],
         )
             .prop_map(
-                move |(min_units, extra, current_units, hit, transition_s, weight, rates)| {
+                move |(min_units, extra, current_units, hit, transition_s, weight, rates, own)| {
                     let unit = 8;
                     let min = min_units * unit - 4; // not always a multiple of the unit
                     let max = (min_units + extra) * unit;
@@ -352,6 +472,7 @@ mod properties {
                         weight,
                         min_gpus: min,
                         max_gpus: max,
+                        unit_gpus: own,
                         current_gpus: current_units * unit,
                         hit,
                         transition_s,
@@ -373,17 +494,19 @@ mod properties {
         })
     }
 
-    /// Every feasible allocation, enumerated.
+    /// Every feasible allocation, enumerated: 0, or whole nodes within
+    /// [min, max] that are whole units of the job's own.
     fn brute_force(problem: &Problem) -> f64 {
         let units = problem.gpus / problem.unit;
         let options: Vec<Vec<u32>> = problem
             .jobs
             .iter()
             .map(|j| {
-                j.options(problem.unit, units)
-                    .into_iter()
-                    .map(|k| k * problem.unit)
-                    .collect()
+                let sizes = (1..=units).map(|k| k * problem.unit).filter(|x| {
+                    (j.min_gpus..=j.max_gpus).contains(x)
+                        && (j.unit_gpus <= 1 || x % j.unit_gpus == 0)
+                });
+                std::iter::once(0).chain(sizes).collect()
             })
             .collect();
         let mut best = f64::NEG_INFINITY;
@@ -420,6 +543,8 @@ mod properties {
             prop_assert!(dp.gpus.iter().sum::<u32>() <= problem.gpus);
             for (x, job) in dp.gpus.iter().zip(&problem.jobs) {
                 prop_assert!(*x == 0 || (*x >= job.min_gpus && *x <= job.max_gpus && x % problem.unit == 0));
+                // Whole replicas only: no GPU is held that computes nothing.
+                prop_assert_eq!(job.working_gpus(*x), *x);
             }
             // Same input, same answer.
             prop_assert_eq!(problem.solve(), dp);

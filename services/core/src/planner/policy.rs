@@ -288,11 +288,11 @@ impl Policy for CheckpointRestart {
 pub struct ElasticSingleJob;
 
 impl ElasticSingleJob {
-    /// Resizes `job` towards `target` GPUs with its nodes and free ones.
-    /// Resizes `job` towards `target` from the free nodes. `free` caches
-    /// them across the resizes of one plan (finding them walks the cluster,
-    /// and a capacity change resizes every job): nodes taken leave it, a
-    /// shrink empties it.
+    /// Resizes `job` towards `target` GPUs with its nodes and free ones, in
+    /// whole replicas: nodes that would not complete one are neither taken
+    /// nor kept. `free` caches the free nodes across the resizes of one
+    /// plan (finding them walks the cluster, and a capacity change resizes
+    /// every job): nodes taken leave it, a shrink empties it.
     fn resize(
         config: &PlannerConfig,
         state: &mut ClusterState,
@@ -305,17 +305,20 @@ impl ElasticSingleJob {
         let unit = config.node_gpus.max(1);
         let j = state.jobs.get(job)?;
         let (min, max) = (j.spec.min_gpus.max(0) as u32, j.spec.max_gpus.max(0) as u32);
+        let step = replan::replica_nodes(unit, j.spec.unit_gpus);
+        let whole = |n: usize| n - n % step;
         let mut nodes = j.nodes.clone();
-        let want = (target.min(max) / unit) as usize;
+        let want = whole((target.min(max) / unit) as usize);
         if nodes.len() < want {
             let spare = free.get_or_insert_with(|| state.free_nodes());
             let take = (want - nodes.len()).min(spare.len());
             nodes.extend(spare.drain(..take));
         }
-        if nodes.len() > want || (nodes.len() as u32) * unit < min {
+        let keep = whole(nodes.len().min(want));
+        if nodes.len() > keep || (keep as u32) * unit < min {
             *free = None;
         }
-        nodes.truncate(want);
+        nodes.truncate(keep);
         if (nodes.len() as u32) * unit < min {
             nodes.clear();
         }

@@ -76,6 +76,18 @@ pub fn transition_s(config: &PlannerConfig, state: &ClusterState, action: Comman
     }
 }
 
+/// Nodes that hold a whole number of a job's own units (`unit_gpus`: one
+/// replica, which may span nodes): its sizes are multiples of this.
+pub fn replica_nodes(node_gpus: u32, unit_gpus: i32) -> usize {
+    let node = u64::from(node_gpus.max(1));
+    let own = u64::from(unit_gpus.max(1) as u32);
+    let (mut a, mut b) = (node, own);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    (own / a) as usize
+}
+
 /// The allocation problem of the cluster as it is now. Jobs in id order;
 /// each node is one allocation unit of `node_gpus`.
 pub fn problem(config: &PlannerConfig, state: &ClusterState, hit: &BTreeSet<String>) -> Problem {
@@ -97,6 +109,7 @@ pub fn problem(config: &PlannerConfig, state: &ClusterState, hit: &BTreeSet<Stri
                 weight: job.spec.weight,
                 min_gpus: job.spec.min_gpus.max(0) as u32,
                 max_gpus: job.spec.max_gpus.max(0) as u32,
+                unit_gpus: job.spec.unit_gpus.max(0) as u32,
                 current_gpus: job.nodes.len() as u32 * unit,
                 hit: hit.contains(id),
                 transition_s: transition,
