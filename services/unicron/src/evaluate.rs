@@ -10,7 +10,7 @@ use crate::cli::UsageError;
 
 #[derive(Debug, clap::Args)]
 pub struct EvaluateArgs {
-    /// Scenario: paper, gpus-1024, gpus-10240, rate-0.25x, rate-0.5x, rate-2x, rate-4x, smoke.
+    /// Scenario: paper, gpus-1024, gpus-10240, rate-0.25x, rate-0.5x, rate-2x, rate-4x, smoke, heterogeneous.
     #[arg(long, default_value = "paper", value_name = "NAME")]
     pub scenario: String,
     /// Seeds per policy (1..=N); the table reports their mean and spread.

@@ -14,7 +14,10 @@ use unicron_core::detector::DetectorConfig;
 use unicron_core::planner::{PlannerConfig, PolicyName};
 
 use crate::config::{SimConfig, Transitions, Workload};
-use crate::model::Sim;
+// The Unicron paper: Megatron learns of hangs and network faults only when
+// the 30-minute NCCL timeout fires; a dead node shows the same way to its
+// peers. The simulator's watchdog ends a hang nobody acted on at that time.
+use crate::model::{NCCL_TIMEOUT_MS, Sim};
 use crate::offline::{DetectionDelay, Offline};
 
 /// One recovery system as the evaluation models it.
@@ -27,10 +30,6 @@ pub struct PolicyModel {
     pub transitions: Transitions,
     pub throughput_factor: f64,
 }
-
-/// The Unicron paper: Megatron learns of hangs and network faults only when the
-/// 30-minute NCCL timeout fires; a dead node shows the same way to its peers.
-const NCCL_TIMEOUT_MS: i64 = 30 * 60 * 1000;
 
 /// The kinds the elastic baselines also learn of only at the NCCL
 /// timeout: they watch for a lost node or process (a TCP disconnect, a

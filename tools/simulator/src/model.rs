@@ -23,8 +23,9 @@ use crate::profiles::Model;
 use crate::truth::{Fault, Truth};
 
 const TICK_MS: i64 = 1_000;
-/// Iterations a sparse feed reports for a job that hangs: enough for the
-/// detector to trust its mean (`hang_min_iterations`, 5 by default).
+/// Iterations a sparse feed reports for a job that hangs (each for every
+/// rank): enough for the detector to trust its mean
+/// (`hang_min_iterations`, 5 by default).
 const SPARSE_ITERATIONS: u64 = 8;
 
 /// A gauge's base value and the spread of its noise.
@@ -39,6 +40,11 @@ const GAUGES: [(&str, Level, Level); 4] = [
     ("DCGM_FI_DEV_FB_USED", (71_000.0, 1_000.0), (0.0, 0.0)),
 ];
 const SIGTERM: i32 = 15;
+const SIGABRT: i32 = 6;
+/// NCCL's watchdog: a collective that makes no progress for this long is
+/// timed out and the rank aborts. The Unicron paper's 30 minutes, the
+/// figure the evaluation's baselines wait for (docs/EVALUATION.md).
+pub const NCCL_TIMEOUT_MS: i64 = 30 * 60 * 1000;
 
 /// One record the cluster puts on a topic.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,6 +126,9 @@ struct Job {
     iterations_seen: u64,
     /// Tick of the newest completed iteration.
     last_completion_ms: Option<i64>,
+    /// The hang whose NCCL watchdog has fired (index into the truth's
+    /// faults): it fires once per hang.
+    watchdog_fired: Option<usize>,
 }
 
 impl Job {
@@ -288,6 +297,14 @@ impl Sim {
         if let Some(at) = self.next_random_fault {
             next = next.min(on_tick(at));
         }
+        if let Some(at) = self
+            .jobs
+            .values()
+            .filter_map(|j| self.watchdog_due(j))
+            .min()
+        {
+            next = next.min(on_tick(at));
+        }
         next
     }
 
@@ -435,6 +452,7 @@ impl Sim {
         }
         self.finish_transitions();
         self.repair_nodes(out);
+        self.fire_watchdogs(out);
         self.inject_due(out);
         self.progress_jobs(out);
         if self.sparse {
@@ -503,6 +521,57 @@ impl Sim {
             self.inject(None, kind, out);
             self.next_random_fault =
                 Some(from + interval(&mut self.fault_rng, arrivals, mean_ms).max(TICK_MS));
+        }
+    }
+
+    /// When NCCL's watchdog ends `job`'s hang, if it hangs and the watchdog
+    /// has not fired yet. A hang shows no other sign: without the watchdog
+    /// a hang the detector's statistics miss (a job fewer than
+    /// `hang_min_iterations` iterations into a start) would stall the job
+    /// for the rest of the run, which no real cluster does.
+    fn watchdog_due(&self, job: &Job) -> Option<i64> {
+        let index = job.fault?;
+        let fault = &self.truth.faults[index];
+        (fault.kind == FailureKind::TaskHang && job.watchdog_fired != Some(index))
+            .then_some(fault.injected_ms + NCCL_TIMEOUT_MS)
+    }
+
+    /// Hangs nothing has acted on by the NCCL timeout: the hung rank logs
+    /// the watchdog's timeout and aborts (PyTorch's default on a timed-out
+    /// collective), which the control plane sees as a crashed process.
+    fn fire_watchdogs(&mut self, out: &mut Vec<Emission>) {
+        let due: Vec<(String, usize)> = self
+            .jobs
+            .iter()
+            .filter(|(id, job)| {
+                self.watchdog_due(job).is_some_and(|at| at <= self.now)
+                    && !self
+                        .scheduled
+                        .values()
+                        .any(|s| s.request.job.as_deref() == Some(id.as_str()))
+            })
+            .map(|(id, job)| (id.clone(), job.fault.expect("a hang is a fault")))
+            .collect();
+        for (id, index) in due {
+            let node = self.truth.faults[index].node.clone();
+            let job = self.jobs.get_mut(&id).expect("listed");
+            job.watchdog_fired = Some(index);
+            let rank = job.nodes.iter().position(|n| *n == node).unwrap_or(0) as u32;
+            out.push(Emission::Log(LogRecord {
+                cluster: self.config.cluster.clone(),
+                node: node.clone(),
+                time_ms: self.now,
+                source: "training".into(),
+                job: Some(id.clone()),
+                rank: Some(rank as i32),
+                gpu: None,
+                line: format!(
+                    "[E ProcessGroupNCCL.cpp:475] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=52311, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={NCCL_TIMEOUT_MS}) ran for {} milliseconds before timing out.",
+                    NCCL_TIMEOUT_MS + 86
+                ),
+                attributes: BTreeMap::new(),
+            }));
+            out.push(self.exit(&node, &id, rank, None, Some(SIGABRT)));
         }
     }
 
@@ -642,18 +711,23 @@ impl Sim {
         let first = job
             .iteration
             .saturating_sub(job.iterations_seen.min(SPARSE_ITERATIONS));
+        // Every rank's, as the ticked feed reports them: the detector
+        // counts rank reports, so a job of many nodes is trusted after its
+        // first iteration, a one-node job after `hang_min_iterations`.
         for iteration in first + 1..=job.iteration {
-            let mut done = AgentEvent::new(
-                &self.config.cluster,
-                &job.nodes[0],
-                at,
-                AgentEventKind::IterationDone,
-            );
-            done.job = Some(job_id.to_string());
-            done.rank = Some(0);
-            done.iteration = Some(iteration as i64);
-            done.iteration_time_ms = Some(iteration_ms);
-            out.push(Emission::Agent(done));
+            for (rank, node) in job.nodes.iter().enumerate() {
+                let mut done = AgentEvent::new(
+                    &self.config.cluster,
+                    node,
+                    at,
+                    AgentEventKind::IterationDone,
+                );
+                done.job = Some(job_id.to_string());
+                done.rank = Some(rank as i32);
+                done.iteration = Some(iteration as i64);
+                done.iteration_time_ms = Some(iteration_ms);
+                out.push(Emission::Agent(done));
+            }
         }
     }
 
@@ -1289,6 +1363,7 @@ fn plan_jobs(config: &SimConfig) -> BTreeMap<String, Job> {
                     downtime_ms: 0,
                     iterations_seen: 0,
                     last_completion_ms: None,
+                    watchdog_fired: None,
                 },
             )
         })

@@ -101,8 +101,8 @@ impl Model {
         node_gpus: u32,
         checkpoint_interval_s: i64,
     ) -> JobSpec {
-        // Every node multiple from one replica up: the planner allocates
-        // whole nodes, and a partial replica adds nothing.
+        // Every node multiple from one replica up, a partial replica adding
+        // nothing; the unit tells the planner to allocate whole replicas.
         let step = node_gpus.max(1);
         let first = self.replica_gpus.div_ceil(step);
         let throughput = (first..=max_gpus / step)
@@ -118,7 +118,7 @@ impl Model {
             weight,
             min_gpus: self.replica_gpus as i32,
             max_gpus: max_gpus as i32,
-            unit_gpus: node_gpus as i32,
+            unit_gpus: self.replica_gpus as i32,
             dp_degree: (max_gpus / self.replica_gpus).max(1) as i32,
             checkpoint_interval_s,
             throughput,
@@ -208,6 +208,6 @@ mod tests {
         let gpus: Vec<i32> = spec.throughput.iter().map(|p| p.gpus).collect();
         assert_eq!(gpus, [16, 24, 32, 40, 48, 56, 64]);
         assert_eq!(spec.throughput[1].flops, spec.throughput[0].flops);
-        assert_eq!((spec.min_gpus, spec.dp_degree), (16, 4));
+        assert_eq!((spec.min_gpus, spec.dp_degree, spec.unit_gpus), (16, 4, 16));
     }
 }
