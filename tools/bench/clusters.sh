@@ -1,15 +1,59 @@
 #!/usr/bin/env bash
-# Many clusters on one planner service (embedded broker), failures fed
-# straight to it at a multiple of the paper setting's rate:
+# Many clusters on one planner service, failures at a multiple of the
+# paper setting's rate:
 #
-#   tools/bench/clusters.sh [--clusters N] [--gpus-per-cluster G] [--minutes M]
-#                           [--rate X] [--speed S] [--json FILE]
+#   tools/bench/clusters.sh [--pipeline] [--tansu | --brokers HOST:PORT]
+#                           [--clusters N] [--gpus-per-cluster G] [--minutes M]
+#                           [--rate X] [--speed S] [--sample-s S]
+#                           [--warmup-minutes W] [--repair-s R] [--json FILE]
+#
+# Default: the planner alone, failures fed straight to it. --pipeline: every
+# node heartbeats each second and failures arrive as the simulator's
+# evidence, through the detector and the planner. The broker is the
+# embedded one unless --brokers names a Kafka-protocol broker, or --tansu
+# starts tansu (the standalone broker of the test suite: $TANSU, else
+# /var/cache/unicron-tools/bin/tansu) on a free loopback port with SQLite
+# storage in a temporary directory, as tools/chaos and the standalone tests
+# do, and stops it at the end.
 #
 # Defaults: 100 clusters x 1,024 GPUs, 16 jobs each, 10x the paper rate,
-# event time 10x real time, 2 minutes. Prints one JSON object
-# (services/planner/benches/clusters.rs says what each field measures) and
-# exits 1 if any failure produced was never decided.
+# x10 speed, 2 minutes. Prints one JSON object
+# (services/planner/benches/clusters/main.rs says what each field measures)
+# and exits 1 if any failure produced was never answered.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/unicron-release}"
-exec cargo bench -q -p unicron-planner --bench clusters -- "$@"
+
+args=()
+tansu=""
+for arg in "$@"; do
+  if [ "$arg" = "--tansu" ]; then
+    tansu="${TANSU:-/var/cache/unicron-tools/bin/tansu}"
+  else
+    args+=("$arg")
+  fi
+done
+
+if [ -z "$tansu" ]; then
+  exec cargo bench -q -p unicron-planner --bench clusters -- "${args[@]}"
+fi
+
+[ -x "$tansu" ] || { echo "clusters.sh: no tansu at $tansu (set TANSU)" >&2; exit 2; }
+# Built before tansu starts, so a long build does not hold the broker idle.
+cargo bench -q -p unicron-planner --bench clusters --no-run
+work="$(mktemp -d)"
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+url="tcp://127.0.0.1:$port"
+# tansu opens its SQLite path relative to its working directory.
+(cd "$work" && exec "$tansu" broker --listener-url "$url" --advertised-listener-url "$url" \
+  --storage-engine sqlite://tansu.db) >"$work/tansu.log" 2>&1 &
+tansu_pid=$!
+trap 'kill "$tansu_pid" 2>/dev/null; wait "$tansu_pid" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 1 300); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+  kill -0 "$tansu_pid" 2>/dev/null || { cat "$work/tansu.log" >&2; exit 2; }
+  sleep 0.1
+done
+echo "tansu $("$tansu" --version 2>/dev/null | head -1) on 127.0.0.1:$port (pid $tansu_pid)" >&2
+cargo bench -q -p unicron-planner --bench clusters -- \
+  --brokers "127.0.0.1:$port" --broker-pid "$tansu_pid" "${args[@]}"

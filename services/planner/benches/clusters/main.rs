@@ -1,25 +1,37 @@
 //! Many clusters on one planner: N clusters of G GPUs (16 jobs each) join
-//! through the cluster topic, then failures arrive on the failures topic at
-//! a multiple of the paper setting's rate (one per 256 GPU-hours), in event
-//! time `--speed` times faster than real time, for `--minutes`. This is the
-//! planner alone: failures are fed straight to it, as the detector would
-//! publish them. Half are SEV3 (a reattempt: the cheap path), half SEV1 (an
-//! isolation and a re-plan of the whole cluster: the expensive one).
+//! through the cluster topic, then failures arrive at a multiple of the
+//! paper setting's rate (one per 256 GPU-hours). Two modes:
 //!
-//! It measures failure produced → first command naming it consumed, counts
-//! failures produced against failures answered (any gap fails the run: the
-//! embedded broker drops data silently past 5 MB a partition), the process's
-//! RSS (planner and embedded broker together), the planner's RocksDB size,
-//! and how long a planner stopped and started on the same state takes to
-//! decide again. Prints one JSON object (and writes it with `--json FILE`).
+//! - the planner alone (default): failures are fed straight to the
+//!   failures topic, as the detector would publish them, in event time
+//!   `--speed` times faster than real time. Half are SEV3 (a reattempt: the
+//!   cheap path), half SEV1 (an isolation and a re-plan of the whole
+//!   cluster: the expensive one). Halfway through, the planner is stopped
+//!   and started on its RocksDB state (`restart_s`).
+//! - the whole pipeline (`--pipeline`, [`pipeline`]): every node
+//!   heartbeats at the agent's rate and failures arrive as the evidence the
+//!   simulator emits for them (log lines, exits, silence), through the
+//!   detector service and then the planner service.
 //!
-//! `tools/bench/clusters.sh [--clusters N] [--gpus-per-cluster G]
-//! [--minutes M] [--json FILE]` runs it.
+//! Both count records produced against records answered (any failure
+//! never answered fails the run: the embedded broker drops data silently
+//! past 5 MB a partition), and sample the process's RSS and the planner's
+//! RocksDB size for their least-squares growth after a warm-up
+//! ([`sampling`]). `--brokers HOST:PORT` runs on a standalone broker
+//! (tansu) instead of the embedded one, on topics of a prefix new to the
+//! run. Prints one JSON object (and writes it with `--json FILE`).
+//!
+//! `tools/bench/clusters.sh [--pipeline] [--tansu | --brokers HOST:PORT]
+//! [--clusters N] [--gpus-per-cluster G] [--minutes M] [--json FILE]` runs it.
+
+mod pipeline;
+mod sampling;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use unicron_bus::{AvroCodec, Consumer, Producer};
+use sampling::{Histogram, Sampler};
+use unicron_bus::{AvroCodec, Consumer, KafkaConfig, Producer};
 use unicron_core::signing::CommandSigner;
 use unicron_core::*;
 use unicron_planner::PlannerSettings;
@@ -27,13 +39,21 @@ use unicron_planner::PlannerSettings;
 const START_MS: i64 = 1_764_000_000_000;
 const JOBS: usize = 16;
 
-struct Args {
+pub struct Args {
     clusters: usize,
     gpus: usize,
     minutes: f64,
     rate: f64,
     speed: f64,
     json: Option<String>,
+    pipeline: bool,
+    brokers: Option<String>,
+    /// A standalone broker's process id, so its RSS is reported too.
+    broker_pid: Option<u32>,
+    sample_s: f64,
+    warmup_minutes: Option<f64>,
+    /// Event seconds from an isolation's success to the node's repair.
+    repair_s: f64,
 }
 
 fn args() -> Args {
@@ -44,6 +64,12 @@ fn args() -> Args {
         rate: 10.0,
         speed: 10.0,
         json: None,
+        pipeline: false,
+        brokers: None,
+        broker_pid: None,
+        sample_s: 5.0,
+        warmup_minutes: None,
+        repair_s: 30.0,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -62,6 +88,16 @@ fn args() -> Args {
             "--rate" => a.rate = number("--rate"),
             "--speed" => a.speed = number("--speed"),
             "--json" => a.json = Some(value),
+            "--brokers" => a.brokers = Some(value),
+            "--broker-pid" => a.broker_pid = Some(number("--broker-pid") as u32),
+            "--sample-s" => a.sample_s = number("--sample-s"),
+            "--warmup-minutes" => a.warmup_minutes = Some(number("--warmup-minutes")),
+            "--repair-s" => a.repair_s = number("--repair-s"),
+            "--pipeline" => {
+                a.pipeline = true;
+                i += 1;
+                continue;
+            }
             // cargo bench passes --bench; nothing else is ours.
             _ => {
                 i += 1;
@@ -70,9 +106,9 @@ fn args() -> Args {
         }
         i += 2;
     }
-    if a.clusters == 0 || a.gpus < JOBS * 8 {
+    if a.clusters == 0 || a.gpus < JOBS * 8 || a.sample_s <= 0.0 {
         eprintln!(
-            "--clusters must be at least 1 and --gpus-per-cluster at least {}",
+            "--clusters must be at least 1, --gpus-per-cluster at least {} and --sample-s positive",
             JOBS * 8
         );
         std::process::exit(2);
@@ -80,8 +116,57 @@ fn args() -> Args {
     a
 }
 
-fn cluster_event(cluster: &str, kind: ClusterEventKind) -> ClusterEvent {
-    ClusterEvent::new(cluster, START_MS, kind)
+impl Args {
+    /// Failures per real second: rate x one per 256 GPU-hours, x speed.
+    fn failures_per_s(&self) -> f64 {
+        self.rate * (self.clusters * self.gpus) as f64 / 256.0 / 3600.0 * self.speed
+    }
+
+    /// Samples before this are left out of the growth fit: RocksDB's
+    /// memtables, caches and the allocator's arenas fill first.
+    fn warmup_s(&self) -> f64 {
+        60.0 * self
+            .warmup_minutes
+            .unwrap_or_else(|| (self.minutes / 4.0).min(5.0))
+    }
+}
+
+/// The broker the run uses and a Kafka configuration for it.
+pub struct Bus {
+    pub brokers: String,
+    pub kafka: KafkaConfig,
+    /// Kept alive for the run.
+    _embedded: Option<unicron_bus::EmbeddedBroker>,
+}
+
+async fn bus(a: &Args) -> Bus {
+    let Some(brokers) = &a.brokers else {
+        let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
+        return Bus {
+            brokers: broker.bootstrap_servers().to_string(),
+            kafka,
+            _embedded: Some(broker),
+        };
+    };
+    // Topics of a prefix no earlier run used: nothing left over is read.
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let kafka = KafkaConfig {
+        topic_prefix: format!("bench{}.", since_epoch.as_secs()),
+        ..KafkaConfig::default()
+    };
+    unicron_bus::admin::ensure_topics(&kafka, brokers, &unicron_bus::Topology::builtin())
+        .await
+        .unwrap_or_else(|e| {
+            eprintln!("--brokers {brokers}: cannot create the topics: {e}");
+            std::process::exit(2)
+        });
+    Bus {
+        brokers: brokers.clone(),
+        kafka,
+        _embedded: None,
+    }
 }
 
 fn spec(max_gpus: i32, weight: f64) -> JobSpec {
@@ -102,49 +187,55 @@ fn spec(max_gpus: i32, weight: f64) -> JobSpec {
     }
 }
 
-/// A seeded generator, so every run meets the same failures.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, n: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((self.0 >> 33) % n as u64) as usize
-    }
+pub fn cluster_name(c: usize) -> String {
+    format!("c{c:04}")
 }
 
-fn rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+pub fn node_name(n: usize) -> String {
+    format!("n{n:04}")
 }
 
-fn dir_mb(path: &std::path::Path) -> f64 {
-    let mut total = 0u64;
-    if let Ok(entries) = std::fs::read_dir(path) {
-        for e in entries.flatten() {
-            let meta = e.metadata();
-            match meta {
-                Ok(m) if m.is_dir() => total += (dir_mb(&e.path()) * 1_048_576.0) as u64,
-                Ok(m) => total += m.len(),
-                Err(_) => {}
-            }
+/// Every cluster's nodes and its 16 jobs, on the cluster topic.
+async fn join_clusters(bus: &Bus, producer: &Producer, clusters: usize, nodes: usize) {
+    let cluster_topic = bus.kafka.topic("cluster");
+    let codec = AvroCodec::default();
+    for cluster in (0..clusters).map(cluster_name) {
+        for n in 0..nodes {
+            let mut e = ClusterEvent::new(&cluster, START_MS, ClusterEventKind::NodeJoined);
+            e.node = Some(node_name(n));
+            e.gpus = Some(8);
+            producer
+                .send(&cluster_topic, &cluster, &e, &codec)
+                .await
+                .unwrap();
+        }
+        for j in 0..JOBS {
+            let share = (nodes / JOBS + usize::from(j < nodes % JOBS)) as i32 * 8;
+            let mut e = ClusterEvent::new(&cluster, START_MS, ClusterEventKind::JobSubmitted);
+            e.job_id = Some(format!("job-{j}"));
+            e.job = Some(spec(share, [1.0, 2.0, 1.5][j % 3]));
+            producer
+                .send(&cluster_topic, &cluster, &e, &codec)
+                .await
+                .unwrap();
         }
     }
-    total as f64 / 1_048_576.0
 }
 
-fn start_planner(
-    kafka: &unicron_bus::KafkaConfig,
-    brokers: &str,
-    settings: &PlannerSettings,
-) -> tokio::task::JoinHandle<()> {
-    let (k, b, s) = (kafka.clone(), brokers.to_string(), settings.clone());
+fn planner_settings(bus: &Bus, state_dir: &std::path::Path, nodes: usize) -> PlannerSettings {
+    let mut settings = PlannerSettings {
+        state_dir: state_dir.to_path_buf(),
+        group_id: format!("{}planner", bus.kafka.topic_prefix),
+        ..PlannerSettings::default()
+    };
+    // Every SEV1 isolates: the blast radius would refuse most of a
+    // failure rate this far above a real cluster's.
+    settings.tuning.max_isolations_per_hour = Some(nodes as u32);
+    settings
+}
+
+fn start_planner(bus: &Bus, settings: &PlannerSettings) -> tokio::task::JoinHandle<()> {
+    let (k, b, s) = (bus.kafka.clone(), bus.brokers.clone(), settings.clone());
     tokio::spawn(async move {
         let signer = CommandSigner::from_seed("bench", [5; 32]);
         // Ends with an error when the broker stops at exit; not measured.
@@ -152,48 +243,131 @@ fn start_planner(
     })
 }
 
+/// What the planner's and detector's own metrics say, at the end.
+fn service_metrics(text: &str) -> serde_json::Value {
+    let quantile = |name: &str, q: &str| {
+        sampling::metric_sum(text, name, &[&format!("quantile=\"{q}\"")]) * 1e3
+    };
+    let mean = |name: &str| {
+        let count = sampling::metric_sum(text, &format!("{name}_count"), &[]);
+        if count == 0.0 {
+            return 0.0;
+        }
+        sampling::metric_sum(text, &format!("{name}_sum"), &[]) / count * 1e3
+    };
+    serde_json::json!({
+        "planner_decision_mean_ms": mean("unicron_planner_decision_seconds"),
+        "planner_decision_p50_ms_last_window": quantile("unicron_planner_decision_seconds", "0.5"),
+        "planner_decision_p99_ms_last_window": quantile("unicron_planner_decision_seconds", "0.99"),
+        "detector_apply_mean_ms": mean("unicron_detector_apply_seconds"),
+    })
+}
+
+/// The growth fields of the JSON from the samples.
+fn growth(a: &Args, sampler: &Sampler) -> serde_json::Value {
+    let warmup = a.warmup_s();
+    let rss = sampling::slope_mb_per_h(&sampler.samples, warmup, 1000, |s| s.rss_mb);
+    let state = sampling::slope_mb_per_h(&sampler.samples, warmup, 1000, |s| s.state_mb);
+    let after_warmup = sampler.samples.iter().find(|s| s.t_s >= warmup);
+    serde_json::json!({
+        "warmup_s": warmup,
+        "rss_slope_mb_per_h": rss.map(|(slope, _)| slope),
+        "state_slope_mb_per_h": state.map(|(slope, _)| slope),
+        "slope_points": rss.map_or(0, |(_, points)| points),
+        "rss_mb_after_warmup": after_warmup.map(|s| s.rss_mb),
+        "state_mb_after_warmup": after_warmup.map(|s| s.state_mb),
+        "samples": sampler.samples.len(),
+    })
+}
+
+fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
+    if let (Some(into), serde_json::Value::Object(from)) = (into.as_object_mut(), from) {
+        into.extend(from);
+    }
+}
+
+fn broker_rss_mb(pid: Option<u32>) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+}
+
+/// Prints the result, writes it with `--json`, exits 1 on `missing`.
+fn finish(a: &Args, result: serde_json::Value, missing: usize) {
+    println!("{result}");
+    if let Some(path) = &a.json {
+        std::fs::write(path, format!("{result}\n")).unwrap();
+    }
+    if missing > 0 {
+        eprintln!("{missing} failures produced and never answered");
+        std::process::exit(1);
+    }
+}
+
+/// A seeded generator, so every run meets the same failures.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) % n as u64) as usize
+    }
+
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        self.next(1 << 30) as f64 / f64::from(1u32 << 30)
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let a = args();
-    let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
-    let brokers = broker.bootstrap_servers().to_string();
-    let producer = Producer::new(&kafka, &brokers).unwrap();
-    let cluster_topic = kafka.topic("cluster");
+    let metrics = unicron_bus::metrics::install().expect("the metrics recorder");
+    let bus = bus(&a).await;
+    let producer = Producer::new(&bus.kafka, &bus.brokers).unwrap();
     let nodes = a.gpus / 8;
-    let names: Vec<String> = (0..a.clusters).map(|c| format!("c{c:04}")).collect();
-    for cluster in &names {
-        for n in 0..nodes {
-            let mut e = cluster_event(cluster, ClusterEventKind::NodeJoined);
-            e.node = Some(format!("n{n:04}"));
-            e.gpus = Some(8);
-            producer
-                .send(&cluster_topic, cluster, &e, &AvroCodec::default())
-                .await
-                .unwrap();
-        }
-        for j in 0..JOBS {
-            let share = (nodes / JOBS + usize::from(j < nodes % JOBS)) as i32 * 8;
-            let mut e = cluster_event(cluster, ClusterEventKind::JobSubmitted);
-            e.job_id = Some(format!("job-{j}"));
-            e.job = Some(spec(share, [1.0, 2.0, 1.5][j % 3]));
-            producer
-                .send(&cluster_topic, cluster, &e, &AvroCodec::default())
-                .await
-                .unwrap();
-        }
-    }
-
+    join_clusters(&bus, &producer, a.clusters, nodes).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut settings = PlannerSettings {
-        state_dir: dir.path().to_path_buf(),
-        ..PlannerSettings::default()
-    };
-    // Every SEV1 isolates: the blast radius would refuse most of a
-    // failure rate this far above a real cluster's.
-    settings.tuning.max_isolations_per_hour = Some(nodes as u32);
-    let planner = start_planner(&kafka, &brokers, &settings);
-    let out = Consumer::new(&kafka, &brokers, "bench").unwrap();
-    let (commands_topic, decisions_topic) = (kafka.topic("commands"), kafka.topic("decisions"));
+    let settings = planner_settings(&bus, dir.path(), nodes);
+    if a.pipeline {
+        let (mut result, missing) = pipeline::run(&a, &bus, &producer, &settings).await;
+        merge(&mut result, service_metrics(&metrics.render()));
+        merge(
+            &mut result,
+            serde_json::json!({ "broker_rss_mb": broker_rss_mb(a.broker_pid) }),
+        );
+        finish(&a, result, missing);
+        return;
+    }
+    let (mut result, missing) = planner_alone(&a, &bus, &producer, &settings).await;
+    merge(&mut result, service_metrics(&metrics.render()));
+    finish(&a, result, missing);
+}
+
+/// The planner alone: failures straight to the failures topic.
+async fn planner_alone(
+    a: &Args,
+    bus: &Bus,
+    producer: &Producer,
+    settings: &PlannerSettings,
+) -> (serde_json::Value, usize) {
+    let nodes = a.gpus / 8;
+    let names: Vec<String> = (0..a.clusters).map(cluster_name).collect();
+    let planner = start_planner(bus, settings);
+    let out = Consumer::new(
+        &bus.kafka,
+        &bus.brokers,
+        &format!("{}bench", bus.kafka.topic_prefix),
+    )
+    .unwrap();
+    let (commands_topic, decisions_topic) =
+        (bus.kafka.topic("commands"), bus.kafka.topic("decisions"));
     out.subscribe(&[&commands_topic, &decisions_topic]).unwrap();
     let mut m = Measure::default();
     // Every job's first placement: the planner has read every cluster.
@@ -213,18 +387,22 @@ async fn main() {
         placing.elapsed().as_secs_f64()
     );
 
-    // Failures per real second: rate x one per 256 GPU-hours, x speed.
-    let per_s = a.rate * (a.clusters * a.gpus) as f64 / 256.0 / 3600.0 * a.speed;
+    let per_s = a.failures_per_s();
     let total = (per_s * a.minutes * 60.0).round().max(1.0) as usize;
-    let failures = kafka.topic("failures");
+    let failures = bus.kafka.topic("failures");
     let fcodec = AvroCodec::<FailureEvent>::default();
     let mut rng = Lcg(42);
     let began = Instant::now();
+    let mut sampler = Sampler::new(Duration::from_secs_f64(a.sample_s), &settings.state_dir);
     let mut planner = Some(planner);
-    let mut rss = Vec::new();
+    let mut rss_at_start = None;
     for i in 0..total {
         let due = began + Duration::from_secs_f64(i as f64 / per_s);
         loop {
+            if sampler.due() {
+                let s = sampler.take(m.decided_all);
+                rss_at_start.get_or_insert(s.rss_mb);
+            }
             let wait = due.saturating_duration_since(Instant::now());
             if wait.is_zero() {
                 break;
@@ -241,10 +419,10 @@ async fn main() {
             old.abort();
             let _ = old.await;
             m.restarted = Some(Instant::now());
-            start_planner(&kafka, &brokers, &settings);
+            start_planner(bus, settings);
         }
         let cluster = &names[rng.next(names.len())];
-        let node = format!("n{:04}", rng.next(nodes));
+        let node = node_name(rng.next(nodes));
         let sev1 = rng.next(2) == 0;
         let event_ms = START_MS + 60_000 + (i as f64 / per_s * 1000.0 * a.speed) as i64;
         let failure = FailureEvent {
@@ -271,9 +449,6 @@ async fn main() {
             .send(&failures, cluster, &failure, &fcodec)
             .await
             .unwrap();
-        if i % 50 == 0 {
-            rss.push(rss_mb());
-        }
     }
     let drain_until = Instant::now() + Duration::from_secs(120);
     while m.undecided() > 0 && Instant::now() < drain_until {
@@ -282,32 +457,30 @@ async fn main() {
         }
     }
     let elapsed = began.elapsed().as_secs_f64();
-    let result = serde_json::json!({
+    sampler.take(m.decided_all);
+    let mut result = serde_json::json!({
+        "mode": "planner",
+        "brokers": if a.brokers.is_some() { "standalone" } else { "embedded" },
         "clusters": a.clusters,
         "gpus_per_cluster": a.gpus,
+        "minutes": a.minutes,
         "failures": total,
         "inputs_per_s": total as f64 / elapsed,
         "decisions": m.decided,
         "commands_answering": m.latencies.len(),
-        "decision_p50_ms": m.percentile(0.5),
-        "decision_p99_ms": m.percentile(0.99),
-        "planner_rss_mb": rss_mb(),
-        "rss_mb_at_start_of_failures": rss.first().copied().unwrap_or(0.0),
-        "state_mb": dir_mb(dir.path()),
+        "decision_p50_ms": m.latencies.percentile_ms(0.5),
+        "decision_p99_ms": m.latencies.percentile_ms(0.99),
+        "planner_rss_mb": sampling::rss_mb(),
+        "rss_mb_at_start_of_failures": rss_at_start.unwrap_or(0.0),
+        "state_mb": sampling::dir_mb(&settings.state_dir),
         "max_lag_records": m.max_lag,
         "restart_s": m.restart_s,
     });
-    println!("{result}");
-    if let Some(path) = &a.json {
-        std::fs::write(path, format!("{result}\n")).unwrap();
-    }
-    if m.undecided() > 0 {
-        eprintln!("{} failures produced and never decided", m.undecided());
-        std::process::exit(1);
-    }
+    merge(&mut result, growth(a, &sampler));
+    (result, m.undecided())
 }
 
-/// What the bench learns from the decisions and commands topics.
+/// What the planner-alone mode learns from the decisions and commands topics.
 #[derive(Default)]
 struct Measure {
     placed: usize,
@@ -316,10 +489,12 @@ struct Measure {
     /// Decided failures still waiting for their first command.
     commanded: BTreeMap<String, Instant>,
     decided: usize,
+    /// Every decision, failures' or not: the unit of the growth fit.
+    decided_all: usize,
     max_lag: usize,
     /// Failure produced → first command naming it, not counting failures
     /// produced while the planner was restarting.
-    latencies: Vec<Duration>,
+    latencies: Histogram,
     restarted: Option<Instant>,
     restart_s: Option<f64>,
     during_restart: std::collections::BTreeSet<String>,
@@ -350,9 +525,9 @@ impl Measure {
             }
             for cause in &command.causation {
                 if let Some(at) = self.commanded.remove(cause)
-                    && !self.during_restart.contains(cause)
+                    && !self.during_restart.remove(cause)
                 {
-                    self.latencies.push(at.elapsed());
+                    self.latencies.record(at.elapsed());
                 }
             }
             return;
@@ -360,6 +535,7 @@ impl Measure {
         let decision = AvroCodec::<Decision>::default()
             .decode(&record.payload)
             .unwrap();
+        self.decided_all += 1;
         if let Some(at) = self.waiting.remove(&decision.trigger.ref_id) {
             self.decided += 1;
             if let (Some(restarted), None) = (self.restarted, self.restart_s) {
@@ -369,13 +545,5 @@ impl Measure {
                 self.commanded.insert(decision.trigger.ref_id.clone(), at);
             }
         }
-    }
-
-    fn percentile(&self, p: f64) -> f64 {
-        let mut sorted = self.latencies.clone();
-        sorted.sort();
-        sorted
-            .get(((sorted.len().max(1) - 1) as f64 * p).round() as usize)
-            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
     }
 }

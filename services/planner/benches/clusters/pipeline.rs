@@ -1,0 +1,859 @@
+//! The whole pipeline: the clusters' nodes heartbeat at the agent's rate
+//! (`agent.heartbeat_interval_s`, 1 s; the detector calls a node lost 3 s
+//! after its last one), and failures arrive as the evidence the simulator
+//! emits for them (`unicron_simulator::faults::manifest`: log lines, a
+//! process exit, a node going dark), through the detector service and then
+//! the planner service, both in this process. The bench plays the clusters
+//! around them: it answers every command as an executor would (succeeded),
+//! repairs isolated nodes `--repair-s` later, and moves each node's job and
+//! rank as the planner's decisions assign them.
+//!
+//! Event time runs at real time here (heartbeats are real-time signals), so
+//! failures come at `--rate` x `--speed` times the paper rate in event
+//! time: the same failures per real second as the planner-alone mode.
+//! Failed nodes are picked in a seeded rotation that skips nodes still
+//! failed, dark or isolated, and jobs where the detector would fold the
+//! failure into an earlier one (docs/detector.md, correlation): a symptom
+//! (NCCL timeout, network error, exit) within the dedupe window after a
+//! root cause of the same job, or within the correlation window of another
+//! symptom of it. Each injected failure then owes exactly one command.
+//!
+//! Measured per failure: evidence produced → failure record consumed →
+//! first command naming it consumed, and per stage the records produced
+//! against those consumed. A failure that never got a command fails the
+//! run, and so does a stage that consumed fewer records than were produced.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use unicron_bus::{AvroCodec, Consumer, InboundRecord, Producer};
+use unicron_core::detector::correlate::is_symptom;
+use unicron_core::*;
+use unicron_detector::DetectorSettings;
+use unicron_planner::PlannerSettings;
+use unicron_simulator::faults;
+
+use crate::sampling::{self, Histogram, Sampler};
+use crate::{Args, Bus, JOBS, Lcg, START_MS, cluster_name, node_name, start_planner};
+
+/// The agent's default heartbeat interval (`agent.heartbeat_interval_s`)
+/// and the simulator's (`sim.heartbeat_interval_s`).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// Heartbeats go out in this many slots an interval, so the broker sees a
+/// steady stream rather than one burst a second.
+const SLOTS: usize = 10;
+/// Heartbeats before the first failure: every node is known to the
+/// detector and the clusters' clocks run.
+const HEARTBEAT_WARMUP: Duration = Duration::from_secs(10);
+/// How long the run waits for the last failures' commands.
+const DRAIN: Duration = Duration::from_secs(120);
+
+#[derive(Default)]
+struct Node {
+    job: Option<usize>,
+    rank: u32,
+    /// Sends nothing, heartbeats included (a lost node), until repaired.
+    dark: bool,
+    /// Taken out by the planner, not yet repaired.
+    isolated: bool,
+    /// A failure injected here waits for its command.
+    failing: bool,
+}
+
+struct Cluster {
+    name: String,
+    nodes: Vec<Node>,
+    /// Each job's nodes in rank order, as the planner last assigned them.
+    jobs: Vec<Vec<usize>>,
+    /// Each job's latest injected root cause and symptom.
+    last_root: Vec<Option<Instant>>,
+    last_symptom: Vec<Option<Instant>>,
+}
+
+/// How long after a failure of a job the detector would fold another into
+/// it, with a margin: (symptom after a root cause, any failure after a symptom).
+struct Quiet {
+    after_root: Duration,
+    after_symptom: Duration,
+}
+
+impl Quiet {
+    fn of(detector: &unicron_core::detector::DetectorConfig) -> Quiet {
+        let margin = 5.0 + detector.allowed_lateness_s;
+        Quiet {
+            after_root: Duration::from_secs_f64(detector.dedupe_window_s + margin),
+            after_symptom: Duration::from_secs_f64(detector.correlation_window_s + margin),
+        }
+    }
+}
+
+impl Cluster {
+    fn assign(&mut self, job: usize, nodes: &[usize]) {
+        for &n in &self.jobs[job] {
+            if self.nodes[n].job == Some(job) {
+                self.nodes[n].job = None;
+            }
+        }
+        for (rank, &n) in nodes.iter().enumerate() {
+            self.nodes[n].job = Some(job);
+            self.nodes[n].rank = rank as u32;
+        }
+        self.jobs[job] = nodes.to_vec();
+    }
+}
+
+/// One injected failure on its way to a command.
+struct Injection {
+    kind: FailureKind,
+    produced: Instant,
+    detected: Option<Instant>,
+    failure_ids: Vec<String>,
+}
+
+/// Records the bench's own producers had acknowledged.
+#[derive(Default)]
+struct Sent {
+    heartbeats: AtomicU64,
+    evidence: AtomicU64,
+    results: AtomicU64,
+    repairs: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// Everything the run learns; owned by its one loop.
+struct Run {
+    clusters: Vec<Cluster>,
+    cluster_index: HashMap<String, usize>,
+    pending: HashMap<(usize, usize), Injection>,
+    by_failure: HashMap<String, (usize, usize)>,
+    /// Failure ids named by a command read before the failure record
+    /// itself (the topics are fetched independently), and when.
+    commanded_early: HashMap<String, Instant>,
+    /// Isolated nodes and when they are repaired, soonest first.
+    repairs: VecDeque<(Instant, usize, usize)>,
+    placed: std::collections::BTreeSet<(usize, usize)>,
+    injected: usize,
+    commanded: usize,
+    failures_consumed: usize,
+    /// Failure records no injected failure explains, by kind.
+    unexpected: BTreeMap<String, usize>,
+    /// Injected kind → a different detected kind.
+    misclassified: BTreeMap<String, usize>,
+    /// Why a failure was decided without a command, by reason.
+    no_command: BTreeMap<String, usize>,
+    decisions: usize,
+    commands: usize,
+    commands_by_action: BTreeMap<String, usize>,
+    evidence_to_failure: Histogram,
+    failure_to_command: Histogram,
+    evidence_to_command: Histogram,
+    evidence_to_failure_by_kind: BTreeMap<String, Histogram>,
+}
+
+fn index_of(name: &str, prefix: char) -> Option<usize> {
+    name.strip_prefix(prefix)?.parse().ok()
+}
+
+fn job_index(name: &str) -> Option<usize> {
+    name.strip_prefix("job-")?.parse().ok()
+}
+
+pub async fn run(
+    a: &Args,
+    bus: &Bus,
+    producer: &Producer,
+    settings: &PlannerSettings,
+) -> (serde_json::Value, usize) {
+    let metrics = unicron_bus::metrics::install().expect("the metrics recorder");
+    let nodes = a.gpus / 8;
+    let detector_settings = DetectorSettings {
+        group_id: format!("{}detector", bus.kafka.topic_prefix),
+        ..DetectorSettings::default()
+    };
+    let (k, b, s) = (
+        bus.kafka.clone(),
+        bus.brokers.clone(),
+        detector_settings.clone(),
+    );
+    tokio::spawn(async move {
+        // Ends with an error when the broker stops at exit; not measured.
+        let _ = unicron_detector::run(&k, &b, &s, std::future::pending()).await;
+    });
+    start_planner(bus, settings);
+    let out = Consumer::new(
+        &bus.kafka,
+        &bus.brokers,
+        &format!("{}bench", bus.kafka.topic_prefix),
+    )
+    .unwrap();
+    let topic = |name: &str| bus.kafka.topic(name);
+    let (failures_topic, decisions_topic, commands_topic) =
+        (topic("failures"), topic("decisions"), topic("commands"));
+    out.subscribe(&[&failures_topic, &decisions_topic, &commands_topic])
+        .unwrap();
+
+    let mut run = Run {
+        clusters: (0..a.clusters)
+            .map(|c| Cluster {
+                name: cluster_name(c),
+                nodes: (0..nodes).map(|_| Node::default()).collect(),
+                jobs: vec![Vec::new(); JOBS],
+                last_root: vec![None; JOBS],
+                last_symptom: vec![None; JOBS],
+            })
+            .collect(),
+        cluster_index: (0..a.clusters).map(|c| (cluster_name(c), c)).collect(),
+        pending: HashMap::new(),
+        by_failure: HashMap::new(),
+        commanded_early: HashMap::new(),
+        repairs: VecDeque::new(),
+        placed: Default::default(),
+        injected: 0,
+        commanded: 0,
+        failures_consumed: 0,
+        unexpected: BTreeMap::new(),
+        misclassified: BTreeMap::new(),
+        no_command: BTreeMap::new(),
+        decisions: 0,
+        commands: 0,
+        commands_by_action: BTreeMap::new(),
+        evidence_to_failure: Histogram::default(),
+        failure_to_command: Histogram::default(),
+        evidence_to_command: Histogram::default(),
+        evidence_to_failure_by_kind: BTreeMap::new(),
+    };
+    let bench_began = Instant::now();
+    let now_ms = move || START_MS + bench_began.elapsed().as_millis() as i64;
+    let sent = Arc::new(Sent::default());
+    let io = Io {
+        producer: producer.clone(),
+        sent: sent.clone(),
+        agent_topic: topic("agent"),
+        logs_topic: topic("logs"),
+        results_topic: topic("command-results"),
+        cluster_topic: topic("cluster"),
+    };
+
+    // Every job's first placement: the planner has read every cluster.
+    let placing = Instant::now();
+    while run.placed.len() < a.clusters * JOBS {
+        let record = tokio::time::timeout(Duration::from_secs(600), out.recv())
+            .await
+            .expect("job placements within 10 minutes")
+            .unwrap();
+        run.observe(&record, &out_topics(bus), &io, now_ms(), a.repair_s);
+    }
+    eprintln!(
+        "{} clusters x {} GPUs placed in {:.1} s; heartbeats from {} nodes, failures after {} s",
+        a.clusters,
+        a.gpus,
+        placing.elapsed().as_secs_f64(),
+        a.clusters * nodes,
+        HEARTBEAT_WARMUP.as_secs()
+    );
+
+    let per_s = a.failures_per_s();
+    let total = (per_s * a.minutes * 60.0).round().max(1.0) as usize;
+    let mut rng = Lcg(42);
+    // A seeded rotation over every node of every cluster.
+    let mut rotation: Vec<(usize, usize)> = (0..a.clusters)
+        .flat_map(|c| (0..nodes).map(move |n| (c, n)))
+        .collect();
+    for i in (1..rotation.len()).rev() {
+        rotation.swap(i, rng.next(i + 1));
+    }
+    let mut turn = 0;
+    let heartbeat_ack = Arc::new(Mutex::new(Histogram::default()));
+    let slot_every = HEARTBEAT_EVERY / SLOTS as u32;
+    let mut next_slot = Instant::now();
+    let mut slot = 0;
+    let began = Instant::now() + HEARTBEAT_WARMUP;
+    let mut next_failure = began;
+    let mut sampler = Sampler::new(Duration::from_secs_f64(a.sample_s), &settings.state_dir);
+    let groups = [
+        ("detector", detector_settings.group_id.clone()),
+        ("planner", settings.group_id.clone()),
+    ];
+    let mut max_lag = BTreeMap::<&str, f64>::new();
+    let mut lag_at_end_of_failures = BTreeMap::<&str, f64>::new();
+    let mut drain_until = None;
+    let mut skipped_turns = 0usize;
+    let quiet = Quiet::of(&detector_settings.tuning);
+    loop {
+        let injecting = run.injected < total;
+        if !injecting && drain_until.is_none() {
+            drain_until = Some(Instant::now() + DRAIN);
+            let text = metrics.render();
+            for (stage, group) in &groups {
+                lag_at_end_of_failures.insert(stage, lag(&text, group));
+            }
+            eprintln!("all {total} failures injected; waiting for the last commands");
+        }
+        if drain_until.is_some_and(|until| run.pending.is_empty() || Instant::now() >= until) {
+            break;
+        }
+        let next_repair = run.repairs.front().map(|r| r.0);
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep_until(next_slot.into()) => {
+                send_heartbeats(&run, &io, slot, now_ms(), next_slot, &heartbeat_ack);
+                slot = (slot + 1) % SLOTS;
+                next_slot += slot_every;
+            }
+            _ = tokio::time::sleep_until(next_failure.into()), if injecting => {
+                // A hang shows only as missing progress, which this bench
+                // does not report: draw again.
+                let kind = loop {
+                    let kind = faults::pick(rng.unit());
+                    if kind != FailureKind::TaskHang {
+                        break kind;
+                    }
+                };
+                // The next node in the rotation that can fail now.
+                let mut tries = 0;
+                let target = loop {
+                    let (c, n) = rotation[turn % rotation.len()];
+                    turn += 1;
+                    if run.can_fail(c, n, kind, &quiet) {
+                        break Some((c, n));
+                    }
+                    tries += 1;
+                    if tries == rotation.len() {
+                        break None;
+                    }
+                };
+                skipped_turns += tries;
+                if let Some((c, n)) = target {
+                    let gpu = rng.next(8) as u32;
+                    run.inject(c, n, kind, gpu, &io, now_ms());
+                }
+                next_failure = began + Duration::from_secs_f64(run.injected as f64 / per_s);
+                if target.is_none() {
+                    next_failure += Duration::from_secs(1);
+                }
+            }
+            _ = tokio::time::sleep_until(next_repair.unwrap_or(next_slot).into()), if next_repair.is_some() => {
+                let (_, c, n) = run.repairs.pop_front().expect("peeked");
+                run.repair(c, n, &io, now_ms());
+            }
+            _ = tokio::time::sleep_until(sampler.next_at().into()) => {
+                let sample = sampler.take(run.decisions);
+                // Commands of failures answered long ago (their later
+                // commands), not of failures still to be read.
+                run.commanded_early.retain(|_, at| at.elapsed() < DRAIN);
+                let text = metrics.render();
+                let lags: Vec<(&str, f64)> = groups.iter().map(|(stage, group)| (*stage, lag(&text, group))).collect();
+                for (stage, value) in &lags {
+                    let max = max_lag.entry(stage).or_default();
+                    *max = max.max(*value);
+                }
+                eprintln!(
+                    "t={:.0}s injected={} failures={} commanded={} pending={} decisions={} rss={:.1}MB state={:.1}MB lag detector={:.0} planner={:.0} heartbeat-ack-p99={:.0}ms",
+                    sample.t_s, run.injected, run.failures_consumed, run.commanded, run.pending.len(),
+                    run.decisions, sample.rss_mb, sample.state_mb, lags[0].1, lags[1].1,
+                    heartbeat_ack.lock().unwrap().percentile_ms(0.99),
+                );
+            }
+            record = out.recv() => {
+                if let Ok(record) = record {
+                    run.observe(&record, &out_topics(bus), &io, now_ms(), a.repair_s);
+                }
+            }
+        }
+    }
+    let injecting_s = run.injected as f64 / per_s;
+    sampler.take(run.decisions);
+
+    // Heartbeats stop; the detector reads what is left of its inputs.
+    let produced = |sent: &Sent| {
+        sent.heartbeats.load(Ordering::Relaxed) + sent.evidence.load(Ordering::Relaxed)
+    };
+    let inputs_in = |text: &str| {
+        sampling::metric_sum(
+            text,
+            "unicron_records_in_total",
+            &[&format!("topic=\"{}\"", topic("agent"))],
+        ) + sampling::metric_sum(
+            text,
+            "unicron_records_in_total",
+            &[&format!("topic=\"{}\"", topic("logs"))],
+        ) - sampling::metric_sum(text, "unicron_detector_idle_ticks_total", &[])
+    };
+    let commands_out = |text: &str| {
+        sampling::metric_sum(
+            text,
+            "unicron_records_out_total",
+            &[&format!("topic=\"{}\"", topic("commands"))],
+        )
+    };
+    let settled = |run: &Run| {
+        let text = metrics.render();
+        inputs_in(&text) >= produced(&sent) as f64 && run.commands as f64 >= commands_out(&text)
+    };
+    let settle_until = Instant::now() + Duration::from_secs(30);
+    while !settled(&run) && Instant::now() < settle_until {
+        if let Ok(Ok(record)) = tokio::time::timeout(Duration::from_millis(200), out.recv()).await {
+            run.observe(&record, &out_topics(bus), &io, now_ms(), a.repair_s);
+        }
+    }
+    let text = metrics.render();
+    let records = |direction: &str, name: &str| {
+        sampling::metric_sum(
+            &text,
+            &format!("unicron_records_{direction}_total"),
+            &[&format!("topic=\"{}\"", topic(name))],
+        ) as u64
+    };
+    let stages = serde_json::json!({
+        "heartbeats_produced": sent.heartbeats.load(Ordering::Relaxed),
+        "evidence_produced": sent.evidence.load(Ordering::Relaxed),
+        "detector_consumed": inputs_in(&text) as u64,
+        "detector_idle_ticks": sampling::metric_sum(&text, "unicron_detector_idle_ticks_total", &[]) as u64,
+        "failures_published": records("out", "failures"),
+        "failures_consumed_by_planner": records("in", "failures").saturating_sub(run.failures_consumed as u64),
+        "failures_consumed_by_bench": run.failures_consumed,
+        "decisions_published": records("out", "decisions"),
+        "decisions_consumed": run.decisions,
+        "commands_published": records("out", "commands"),
+        "commands_consumed": run.commands,
+        "results_produced": sent.results.load(Ordering::Relaxed),
+        "results_consumed_by_planner": records("in", "command-results"),
+        "repairs_produced": sent.repairs.load(Ordering::Relaxed),
+        "send_errors": sent.errors.load(Ordering::Relaxed),
+    });
+    let number = |name: &str| stages[name].as_u64().unwrap_or(0);
+    // Each stage against the one before it; a shortfall is data the broker
+    // dropped or a consumer never read.
+    let lost = [
+        (
+            "detector inputs",
+            number("heartbeats_produced") + number("evidence_produced"),
+            number("detector_consumed"),
+        ),
+        (
+            "failures (planner)",
+            number("failures_published"),
+            number("failures_consumed_by_planner"),
+        ),
+        (
+            "failures (bench)",
+            number("failures_published"),
+            number("failures_consumed_by_bench"),
+        ),
+        (
+            "commands",
+            number("commands_published"),
+            number("commands_consumed"),
+        ),
+    ];
+    let mut stage_shortfall = 0;
+    for (stage, produced, consumed) in lost {
+        if consumed < produced {
+            eprintln!("{stage}: {produced} produced, {consumed} consumed");
+            stage_shortfall += (produced - consumed) as usize;
+        }
+    }
+    let unanswered = run.pending.len();
+    let mut undetected = BTreeMap::<&str, usize>::new();
+    for injection in run.pending.values().filter(|i| i.detected.is_none()) {
+        *undetected.entry(injection.kind.symbol()).or_default() += 1;
+    }
+    if unanswered > 0 {
+        eprintln!(
+            "{unanswered} failures without a command; never detected: {undetected:?}; decided without a command: {:?}",
+            run.no_command
+        );
+    }
+    let heartbeat_ack = heartbeat_ack.lock().unwrap();
+    let by_kind: serde_json::Map<String, serde_json::Value> = run
+        .evidence_to_failure_by_kind
+        .iter()
+        .map(|(kind, h)| (kind.clone(), h.json()))
+        .collect();
+    let mut result = serde_json::json!({
+        "mode": "pipeline",
+        "brokers": if a.brokers.is_some() { "standalone" } else { "embedded" },
+        "clusters": a.clusters,
+        "gpus_per_cluster": a.gpus,
+        "nodes": a.clusters * nodes,
+        "minutes": a.minutes,
+        "failures": run.injected,
+        "failures_per_s": run.injected as f64 / injecting_s.max(1e-9),
+        "inputs_per_s": (a.clusters * nodes) as f64 / HEARTBEAT_EVERY.as_secs_f64()
+            + sent.evidence.load(Ordering::Relaxed) as f64 / injecting_s.max(1e-9),
+        "commanded": run.commanded,
+        "unanswered": unanswered,
+        "decisions": run.decisions,
+        "commands": run.commands,
+        "commands_by_action": run.commands_by_action,
+        "decision_p50_ms": run.evidence_to_command.percentile_ms(0.5),
+        "decision_p99_ms": run.evidence_to_command.percentile_ms(0.99),
+        "evidence_to_failure": run.evidence_to_failure.json(),
+        "failure_to_command": run.failure_to_command.json(),
+        "evidence_to_command": run.evidence_to_command.json(),
+        "evidence_to_failure_by_kind": by_kind,
+        "heartbeat_ack": heartbeat_ack.json(),
+        "unexpected_failures": run.unexpected,
+        "undetected": undetected,
+        "misclassified": run.misclassified,
+        "decided_without_command": run.no_command,
+        "rotation_skips": skipped_turns,
+        "max_lag_records": max_lag,
+        "lag_at_end_of_failures": lag_at_end_of_failures,
+        "stages": stages,
+        "planner_rss_mb": sampling::rss_mb(),
+        "state_mb": sampling::dir_mb(&settings.state_dir),
+        "restart_s": null,
+    });
+    crate::merge(&mut result, crate::growth(a, &sampler));
+    (result, unanswered + stage_shortfall)
+}
+
+/// The bench's consumer topics: (failures, decisions, commands).
+fn out_topics(bus: &Bus) -> [String; 3] {
+    ["failures", "decisions", "commands"].map(|t| bus.kafka.topic(t))
+}
+
+/// A consumer group's lag summed over its partitions.
+fn lag(text: &str, group: &str) -> f64 {
+    sampling::metric_sum(
+        text,
+        "unicron_consumer_lag_records",
+        &[&format!("group=\"{group}\"")],
+    )
+}
+
+/// Where the bench's records go, and its counts of them.
+struct Io {
+    producer: Producer,
+    sent: Arc<Sent>,
+    agent_topic: String,
+    logs_topic: String,
+    results_topic: String,
+    cluster_topic: String,
+}
+
+impl Io {
+    /// Sends `records` (topic, key, payload) in order, in the background;
+    /// `counter` counts the acknowledged ones.
+    fn send_in_order(
+        &self,
+        records: Vec<(String, String, Vec<u8>)>,
+        counter: fn(&Sent) -> &AtomicU64,
+    ) {
+        let (producer, sent) = (self.producer.clone(), self.sent.clone());
+        tokio::spawn(async move {
+            for (topic, key, payload) in records {
+                match producer.send_bytes(&topic, key.as_bytes(), &payload).await {
+                    Ok(_) => counter(&sent).fetch_add(1, Ordering::Relaxed),
+                    Err(_) => sent.errors.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        });
+    }
+}
+
+/// One slot's heartbeats, sent at once; the slot's last acknowledgement
+/// against when it was due goes into `ack`.
+fn send_heartbeats(
+    run: &Run,
+    io: &Io,
+    slot: usize,
+    time_ms: i64,
+    due: Instant,
+    ack: &Arc<Mutex<Histogram>>,
+) {
+    let codec = AvroCodec::<AgentEvent>::default();
+    let mut batch = Vec::new();
+    for cluster in &run.clusters {
+        for (n, node) in cluster.nodes.iter().enumerate().skip(slot).step_by(SLOTS) {
+            if node.dark {
+                continue;
+            }
+            let name = node_name(n);
+            let mut beat =
+                AgentEvent::new(&cluster.name, &name, time_ms, AgentEventKind::Heartbeat);
+            beat.job = node.job.map(|j| format!("job-{j}"));
+            batch.push((name, codec.encode(&beat).expect("a heartbeat encodes")));
+        }
+    }
+    let (producer, sent, topic, ack) = (
+        io.producer.clone(),
+        io.sent.clone(),
+        io.agent_topic.clone(),
+        ack.clone(),
+    );
+    tokio::spawn(async move {
+        let sends = batch
+            .iter()
+            .map(|(key, payload)| producer.send_bytes(&topic, key.as_bytes(), payload));
+        for result in futures::future::join_all(sends).await {
+            match result {
+                Ok(_) => sent.heartbeats.fetch_add(1, Ordering::Relaxed),
+                Err(_) => sent.errors.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+        ack.lock().unwrap().record(due.elapsed());
+    });
+}
+
+impl Run {
+    /// Whether a failure of `kind` on node `n` of cluster `c` would reach
+    /// the planner as a failure of its own.
+    fn can_fail(&self, c: usize, n: usize, kind: FailureKind, quiet: &Quiet) -> bool {
+        let cluster = &self.clusters[c];
+        let node = &cluster.nodes[n];
+        let Some(job) = node.job else {
+            return false;
+        };
+        let since = |at: Option<Instant>, quiet: Duration| at.is_none_or(|t| t.elapsed() > quiet);
+        !node.dark
+            && !node.isolated
+            && !node.failing
+            && since(cluster.last_symptom[job], quiet.after_symptom)
+            && (!is_symptom(kind) || since(cluster.last_root[job], quiet.after_root))
+    }
+
+    /// `kind` on node `n` of cluster `c`, sent as the simulator shows it.
+    fn inject(&mut self, c: usize, n: usize, kind: FailureKind, gpu: u32, io: &Io, time_ms: i64) {
+        let cluster = &mut self.clusters[c];
+        let node = &mut cluster.nodes[n];
+        let (job, rank) = (node.job.map(|j| format!("job-{j}")), node.rank);
+        let name = node_name(n);
+        let shown = faults::manifest(kind, &name, gpu, rank);
+        let mut records = Vec::new();
+        for line in shown.lines {
+            let log = LogRecord {
+                cluster: cluster.name.clone(),
+                node: name.clone(),
+                time_ms,
+                source: if line.starts_with("kernel:") {
+                    "kmsg".into()
+                } else {
+                    "training".into()
+                },
+                job: job.clone(),
+                rank: Some(rank as i32),
+                gpu: Some(gpu as i32),
+                line,
+                attributes: BTreeMap::new(),
+            };
+            let payload = AvroCodec::default()
+                .encode(&log)
+                .expect("a log line encodes");
+            records.push((io.logs_topic.clone(), name.clone(), payload));
+        }
+        if let Some(code) = shown.exit_code {
+            let mut exit =
+                AgentEvent::new(&cluster.name, &name, time_ms, AgentEventKind::ProcessExit);
+            exit.job = job.clone();
+            exit.rank = Some(rank as i32);
+            exit.exit_code = Some(code);
+            let payload = AvroCodec::default().encode(&exit).expect("an exit encodes");
+            records.push((io.agent_topic.clone(), name.clone(), payload));
+        }
+        // A DCGM counter that moves with the line (ECC) is left out: the
+        // line alone classifies it, and telemetry has its own bench.
+        node.dark = shown.node_down;
+        node.failing = true;
+        if let Some(j) = node.job {
+            let last = if is_symptom(kind) {
+                &mut cluster.last_symptom
+            } else {
+                &mut cluster.last_root
+            };
+            last[j] = Some(Instant::now());
+        }
+        self.injected += 1;
+        self.pending.insert(
+            (c, n),
+            Injection {
+                kind,
+                produced: Instant::now(),
+                detected: None,
+                failure_ids: Vec::new(),
+            },
+        );
+        io.send_in_order(records, |s| &s.evidence);
+    }
+
+    fn repair(&mut self, c: usize, n: usize, io: &Io, time_ms: i64) {
+        let cluster = &mut self.clusters[c];
+        let node = &mut cluster.nodes[n];
+        node.isolated = false;
+        node.dark = false;
+        let mut event = ClusterEvent::new(&cluster.name, time_ms, ClusterEventKind::NodeRepaired);
+        event.node = Some(node_name(n));
+        event.gpus = Some(8);
+        let payload = AvroCodec::default()
+            .encode(&event)
+            .expect("a repair encodes");
+        io.send_in_order(
+            vec![(io.cluster_topic.clone(), cluster.name.clone(), payload)],
+            |s| &s.repairs,
+        );
+    }
+
+    fn observe(
+        &mut self,
+        record: &InboundRecord,
+        [failures, decisions, commands]: &[String; 3],
+        io: &Io,
+        time_ms: i64,
+        repair_s: f64,
+    ) {
+        if record.topic == *failures {
+            let failure = AvroCodec::<FailureEvent>::default()
+                .decode(&record.payload)
+                .unwrap();
+            self.on_failure(failure);
+        } else if record.topic == *decisions {
+            let decision = AvroCodec::<Decision>::default()
+                .decode(&record.payload)
+                .unwrap();
+            self.on_decision(decision);
+        } else if record.topic == *commands {
+            let command = AvroCodec::<Command>::default()
+                .decode(&record.payload)
+                .unwrap();
+            self.on_command(command, io, time_ms, repair_s);
+        }
+    }
+
+    fn on_failure(&mut self, failure: FailureEvent) {
+        self.failures_consumed += 1;
+        let key = self
+            .cluster_index
+            .get(&failure.cluster)
+            .copied()
+            .zip(failure.node.as_deref().and_then(|node| index_of(node, 'n')));
+        let Some(injection) = key.and_then(|key| self.pending.get_mut(&key)) else {
+            *self
+                .unexpected
+                .entry(failure.kind.symbol().to_string())
+                .or_default() += 1;
+            return;
+        };
+        if injection.detected.is_none() {
+            let took = injection.produced.elapsed();
+            injection.detected = Some(Instant::now());
+            self.evidence_to_failure.record(took);
+            self.evidence_to_failure_by_kind
+                .entry(injection.kind.symbol().to_string())
+                .or_default()
+                .record(took);
+            if failure.kind != injection.kind {
+                *self
+                    .misclassified
+                    .entry(format!(
+                        "{} as {}",
+                        injection.kind.symbol(),
+                        failure.kind.symbol()
+                    ))
+                    .or_default() += 1;
+            }
+        }
+        injection.failure_ids.push(failure.id.clone());
+        let key = key.expect("matched");
+        match self.commanded_early.remove(&failure.id) {
+            Some(command_read) => self.answered(key, command_read),
+            None => {
+                self.by_failure.insert(failure.id, key);
+            }
+        }
+    }
+
+    /// The injection at `key` got its first command, read at `command_read`.
+    fn answered(&mut self, key: (usize, usize), command_read: Instant) {
+        let Some(injection) = self.pending.remove(&key) else {
+            return;
+        };
+        for id in &injection.failure_ids {
+            self.by_failure.remove(id);
+        }
+        let detected = injection.detected.expect("a failure record was read");
+        self.failure_to_command
+            .record(command_read.saturating_duration_since(detected));
+        self.evidence_to_command
+            .record(command_read.saturating_duration_since(injection.produced));
+        self.commanded += 1;
+        self.clusters[key.0].nodes[key.1].failing = false;
+    }
+
+    fn on_decision(&mut self, decision: Decision) {
+        self.decisions += 1;
+        if let Some(&c) = self.cluster_index.get(&decision.cluster) {
+            for (job, nodes) in &decision.assignment {
+                let (Some(j), Some(nodes)) = (
+                    job_index(job).filter(|j| *j < JOBS),
+                    nodes
+                        .iter()
+                        .map(|n| index_of(n, 'n'))
+                        .collect::<Option<Vec<usize>>>(),
+                ) else {
+                    continue;
+                };
+                self.clusters[c].assign(j, &nodes);
+            }
+        }
+        if decision.command_ids.is_empty() && self.by_failure.contains_key(&decision.trigger.ref_id)
+        {
+            *self.no_command.entry(decision.reason).or_default() += 1;
+        }
+    }
+
+    fn on_command(&mut self, command: Command, io: &Io, time_ms: i64, repair_s: f64) {
+        self.commands += 1;
+        *self
+            .commands_by_action
+            .entry(command.action.symbol().to_string())
+            .or_default() += 1;
+        let c = self.cluster_index.get(&command.cluster).copied();
+        if let (Some(c), CommandAction::Resume, Some(j)) = (
+            c,
+            command.action,
+            command.job.as_deref().and_then(job_index),
+        ) {
+            self.placed.insert((c, j));
+        }
+        if let (Some(c), CommandAction::IsolateNode) = (c, command.action) {
+            for n in command.nodes.iter().filter_map(|n| index_of(n, 'n')) {
+                self.clusters[c].nodes[n].isolated = true;
+                self.repairs
+                    .push_back((Instant::now() + Duration::from_secs_f64(repair_s), c, n));
+            }
+        }
+        for cause in &command.causation {
+            match self.by_failure.get(cause) {
+                Some(&key) => self.answered(key, Instant::now()),
+                // Detector failure ids start so; cluster-event causes do not.
+                None if cause.starts_with("f:") => {
+                    self.commanded_early
+                        .entry(cause.clone())
+                        .or_insert_with(Instant::now);
+                }
+                None => {}
+            }
+        }
+        // The executor's answer: every command succeeds at once.
+        let result = CommandResult {
+            command_id: command.id,
+            cluster: command.cluster.clone(),
+            time_ms,
+            status: CommandStatus::Succeeded,
+            reason: None,
+            duration_ms: 0,
+            executor: "bench".into(),
+            node: None,
+        };
+        let payload = AvroCodec::default()
+            .encode(&result)
+            .expect("a result encodes");
+        io.send_in_order(
+            vec![(io.results_topic.clone(), command.cluster, payload)],
+            |s| &s.results,
+        );
+    }
+}
