@@ -2,7 +2,9 @@
 """Builds docs/BENCHMARKS.md from the outputs tools/bench/run.sh collected.
 
 Every figure in the document comes from those outputs; the text here only
-says what each benchmark measures. Usage: report.py WORK_DIR > BENCHMARKS.md
+says what each benchmark measures. Usage: report.py WORK_DIR > BENCHMARKS.md;
+`report.py --pipeline-only DIR` prints the whole-pipeline section alone from
+the pipeline-*.json files in DIR.
 """
 
 import datetime
@@ -86,6 +88,10 @@ SECTIONS = [
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--pipeline-only":
+        # One section, from pipeline-*.json files of runs made by hand.
+        pipeline(sys.argv[2])
+        return
     work = sys.argv[1]
     outs = {name: read(work, name) for name, *_ in SECTIONS}
     with open(os.path.join(work, "up.json"), encoding="utf-8") as f:
@@ -143,6 +149,7 @@ def main():
     agent(work)
     slurm(work)
     clusters(work)
+    pipeline(work)
     sustained = os.path.join(work, "sustained.md")
     if os.path.exists(sustained):
         print(SUSTAINED_TITLE)
@@ -265,6 +272,68 @@ def clusters(work):
               f"| {r['decisions']} | {r['decision_p50_ms']:.1f} ms | {r['decision_p99_ms']:.1f} ms "
               f"| {r['rss_mb_at_start_of_failures']:.0f} → {r['planner_rss_mb']:.0f} MB | {r['state_mb']:.1f} MB "
               f"| {r['max_lag_records']} | {r['restart_s'] or 0:.1f} s |")
+    print()
+
+
+def pipeline(work):
+    """The whole pipeline: tools/bench/clusters.sh --pipeline --json, files pipeline-*.json."""
+    runs = []
+    for name in sorted(os.listdir(work)):
+        if name.startswith("pipeline-") and name.endswith(".json"):
+            with open(os.path.join(work, name), encoding="utf-8") as f:
+                runs.append(json.load(f))
+    if not runs:
+        return
+    runs.sort(key=lambda r: (r["clusters"], -r["minutes"]))
+    ms = lambda h, q: f"{h[q + '_ms'] / 1000:.2f} s" if h[q + "_ms"] >= 1000 else f"{h[q + '_ms']:.0f} ms"
+    mb = lambda v: "n/a" if v is None else f"{v:.0f}"
+    slope = lambda v: "n/a" if v is None else f"{v:+.1f} MB/h"
+    print("## The whole pipeline: many clusters through detector and planner")
+    print()
+    print("`tools/bench/clusters.sh --pipeline`: N clusters of 1,024 GPUs (128 nodes, 16 jobs each)")
+    print("through one detector and one planner service (one process, two worker threads). Every")
+    print("node heartbeats once a second, the agent's rate (the detector calls a node lost 3 s")
+    print("after its last heartbeat); failures from the simulator's taxonomy mix (hangs left out)")
+    print("arrive as the evidence the simulator emits for them: log lines, a process exit, a node")
+    print("going silent. The bench plays executor and cluster: every command succeeds at once and")
+    print("an isolated node is repaired 30 s later. Event time is real time; failures come at")
+    print("100x the paper rate, the same failures per real second as the planner-alone bench.")
+    print("Latencies are wall time as the bench reads the topics: evidence produced → failure")
+    print("record → first command naming it. Symptoms (NCCL timeouts, network errors, exits) are")
+    print("held for the detector's 2-s correlation window plus its 1-s lateness, and a lost node")
+    print("is called after the 3-s deadline, so their evidence → failure is about 3 s by design;")
+    print("root causes (ECC, Xid, CUDA errors) go through in milliseconds. RSS is the bench")
+    print("process (detector, planner and the bench's producers); its slope is a least-squares")
+    print("fit after the warm-up over points that each span at least 1,000 decisions.")
+    print()
+    print("| clusters | GPUs | broker | min | failures (per s) | detector inputs/s | answered "
+          "| evidence → failure p50 / p99 | failure → command p50 / p99 | evidence → command p50 / p99 "
+          "| max lag det. / planner | RSS after warm-up → end | RSS slope | state end (slope) |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in runs:
+        e2f, f2c, e2c = r["evidence_to_failure"], r["failure_to_command"], r["evidence_to_command"]
+        lag = r["max_lag_records"]
+        print(f"| {r['clusters']} | {r['clusters'] * r['gpus_per_cluster']:,} | {r['brokers']} | {r['minutes']:g} "
+              f"| {r['failures']} ({r['failures_per_s']:.1f}) | {r['inputs_per_s']:,.0f} | {r['commanded']} "
+              f"| {ms(e2f, 'p50')} / {ms(e2f, 'p99')} | {ms(f2c, 'p50')} / {ms(f2c, 'p99')} "
+              f"| {ms(e2c, 'p50')} / {ms(e2c, 'p99')} | {lag.get('detector', 0):.0f} / {lag.get('planner', 0):.0f} "
+              f"| {mb(r['rss_mb_after_warmup'])} → {mb(r['planner_rss_mb'])} MB | {slope(r['rss_slope_mb_per_h'])} "
+              f"| {r['state_mb']:.0f} MB ({slope(r['state_slope_mb_per_h'])}) |")
+    print()
+    print("Records produced and consumed at each stage (the run fails on any shortfall):")
+    print()
+    print("| clusters | min | heartbeats + evidence → detector | failures → planner | commands → bench "
+          "| results → planner | decisions | planner decision mean | heartbeat ack p99 | tansu RSS |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in runs:
+        st = r["stages"]
+        broker = "" if r.get("broker_rss_mb") is None else f"{r['broker_rss_mb']:.0f} MB"
+        print(f"| {r['clusters']} | {r['minutes']:g} "
+              f"| {st['heartbeats_produced'] + st['evidence_produced']:,} → {st['detector_consumed']:,} "
+              f"| {st['failures_published']:,} → {st['failures_consumed_by_planner']:,} "
+              f"| {st['commands_published']:,} → {st['commands_consumed']:,} "
+              f"| {st['results_produced']:,} → {st['results_consumed_by_planner']:,} "
+              f"| {r['decisions']:,} | {r['planner_decision_mean_ms']:.2f} ms | {r['heartbeat_ack']['p99_ms']:.0f} ms | {broker} |")
     print()
 
 
