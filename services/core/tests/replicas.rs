@@ -13,10 +13,12 @@ mod common;
 
 use common::*;
 
+type JobRow = (&'static str, f64, i32, i32, i32, &'static [(i32, f64)]);
+
 /// (id, weight, min, max, unit, points): 20 nodes hold every job at its
 /// largest size. `flagship`'s second replica is worth 8 × 60e15; one node
 /// of `light` 7.8e15; `mid` (one 16-GPU replica) 64e15.
-const JOBS: [(&str, f64, i32, i32, i32, &[(i32, f64)]); 3] = [
+const JOBS: [JobRow; 3] = [
     (
         "flagship",
         8.0,
