@@ -241,7 +241,7 @@ pub async fn run(
     while run.placed.len() < a.clusters * JOBS {
         let record = tokio::time::timeout(Duration::from_secs(600), out.recv())
             .await
-            .expect("job placements within 10 minutes")
+            .expect("a placement within 10 minutes of the last")
             .unwrap();
         run.observe(&record, &out_topics(bus), &io, now_ms(), a.repair_s);
     }
