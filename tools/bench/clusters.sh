@@ -2,7 +2,7 @@
 # Many clusters on one planner service, failures at a multiple of the
 # paper setting's rate:
 #
-#   tools/bench/clusters.sh [--pipeline] [--tansu | --brokers HOST:PORT]
+#   tools/bench/clusters.sh [--pipeline] [--tansu | --broker-process | --brokers HOST:PORT]
 #                           [--clusters N] [--gpus-per-cluster G] [--minutes M]
 #                           [--rate X] [--speed S] [--sample-s S]
 #                           [--warmup-minutes W] [--repair-s R] [--json FILE]
@@ -14,7 +14,9 @@
 # starts tansu (the standalone broker of the test suite: $TANSU, else
 # /var/cache/unicron-tools/bin/tansu) on a free loopback port with SQLite
 # storage in a temporary directory, as tools/chaos and the standalone tests
-# do, and stops it at the end.
+# do (TANSU_STORAGE=memory://tansu/ for its in-memory storage), and stops
+# it at the end. --broker-process runs the embedded broker in a process of
+# its own, so the measured process's memory is the services' alone.
 #
 # Defaults: 100 clusters x 1,024 GPUs, 16 jobs each, 10x the paper rate,
 # x10 speed, 2 minutes. Prints one JSON object
@@ -26,13 +28,31 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/unicron-release}"
 
 args=()
 tansu=""
+broker_process=""
 for arg in "$@"; do
-  if [ "$arg" = "--tansu" ]; then
-    tansu="${TANSU:-/var/cache/unicron-tools/bin/tansu}"
-  else
-    args+=("$arg")
-  fi
+  case "$arg" in
+    --tansu) tansu="${TANSU:-/var/cache/unicron-tools/bin/tansu}" ;;
+    --broker-process) broker_process=1 ;;
+    *) args+=("$arg") ;;
+  esac
 done
+
+if [ -n "$broker_process" ]; then
+  cargo bench -q -p unicron-planner --bench clusters --no-run
+  work="$(mktemp -d)"
+  cargo bench -q -p unicron-planner --bench clusters -- --serve-broker >"$work/broker" 2>&1 &
+  cargo_pid=$!
+  trap 'kill "$(awk "{print \$4}" "$work/broker")" 2>/dev/null; wait "$cargo_pid" 2>/dev/null; rm -rf "$work"' EXIT
+  for _ in $(seq 1 300); do
+    grep -q "^broker: " "$work/broker" && break
+    sleep 0.1
+  done
+  read -r _ address _ pid <"$work/broker"
+  echo "embedded broker in process $pid on $address" >&2
+  cargo bench -q -p unicron-planner --bench clusters -- \
+    --brokers "$address" --mock-broker --broker-pid "$pid" "${args[@]}"
+  exit
+fi
 
 if [ -z "$tansu" ]; then
   exec cargo bench -q -p unicron-planner --bench clusters -- "${args[@]}"
@@ -46,7 +66,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 url="tcp://127.0.0.1:$port"
 # tansu opens its SQLite path relative to its working directory.
 (cd "$work" && exec "$tansu" broker --listener-url "$url" --advertised-listener-url "$url" \
-  --storage-engine sqlite://tansu.db) >"$work/tansu.log" 2>&1 &
+  --storage-engine "${TANSU_STORAGE:-sqlite://tansu.db}") >"$work/tansu.log" 2>&1 &
 tansu_pid=$!
 trap 'kill "$tansu_pid" 2>/dev/null; wait "$tansu_pid" 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 300); do
@@ -56,4 +76,4 @@ for _ in $(seq 1 300); do
 done
 echo "tansu $("$tansu" --version 2>/dev/null | head -1) on 127.0.0.1:$port (pid $tansu_pid)" >&2
 cargo bench -q -p unicron-planner --bench clusters -- \
-  --brokers "127.0.0.1:$port" --broker-pid "$tansu_pid" "${args[@]}"
+  --brokers "127.0.0.1:$port" --broker-pid "$tansu_pid" --broker-label tansu "${args[@]}"

@@ -50,6 +50,13 @@ pub struct Args {
     brokers: Option<String>,
     /// A standalone broker's process id, so its RSS is reported too.
     broker_pid: Option<u32>,
+    /// `--brokers` is the embedded broker served by another process
+    /// (`--serve-broker`): its topics exist already.
+    mock_broker: bool,
+    /// Only host the embedded broker with every topic, for another run.
+    serve_broker: bool,
+    /// What `--brokers` is (`tansu`), for the report.
+    broker_label: Option<String>,
     sample_s: f64,
     warmup_minutes: Option<f64>,
     /// Event seconds from an isolation's success to the node's repair.
@@ -67,6 +74,9 @@ fn args() -> Args {
         pipeline: false,
         brokers: None,
         broker_pid: None,
+        mock_broker: false,
+        serve_broker: false,
+        broker_label: None,
         sample_s: 5.0,
         warmup_minutes: None,
         repair_s: 30.0,
@@ -89,12 +99,17 @@ fn args() -> Args {
             "--speed" => a.speed = number("--speed"),
             "--json" => a.json = Some(value),
             "--brokers" => a.brokers = Some(value),
+            "--broker-label" => a.broker_label = Some(value),
             "--broker-pid" => a.broker_pid = Some(number("--broker-pid") as u32),
             "--sample-s" => a.sample_s = number("--sample-s"),
             "--warmup-minutes" => a.warmup_minutes = Some(number("--warmup-minutes")),
             "--repair-s" => a.repair_s = number("--repair-s"),
-            "--pipeline" => {
-                a.pipeline = true;
+            flag @ ("--pipeline" | "--mock-broker" | "--serve-broker") => {
+                match flag {
+                    "--pipeline" => a.pipeline = true,
+                    "--mock-broker" => a.mock_broker = true,
+                    _ => a.serve_broker = true,
+                }
                 i += 1;
                 continue;
             }
@@ -139,6 +154,16 @@ pub struct Bus {
     _embedded: Option<unicron_bus::EmbeddedBroker>,
 }
 
+/// The embedded broker's client configuration, without starting one.
+fn embedded_config() -> KafkaConfig {
+    let mut kafka = KafkaConfig::default();
+    kafka.properties.insert(
+        "session.timeout.ms".into(),
+        unicron_bus::config::PropertyValue::Int(6000),
+    );
+    kafka
+}
+
 async fn bus(a: &Args) -> Bus {
     let Some(brokers) = &a.brokers else {
         let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
@@ -148,6 +173,15 @@ async fn bus(a: &Args) -> Bus {
             _embedded: Some(broker),
         };
     };
+    if a.mock_broker {
+        // Served by `--serve-broker` with every topic, for this run alone;
+        // its group rebalances wait for the session timeout, so short.
+        return Bus {
+            brokers: brokers.clone(),
+            kafka: embedded_config(),
+            _embedded: None,
+        };
+    }
     // Topics of a prefix no earlier run used: nothing left over is read.
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -301,6 +335,16 @@ fn broker_rss_mb(pid: Option<u32>) -> Option<f64> {
         .map(|kb| kb / 1024.0)
 }
 
+/// Which broker the run used, for the report.
+fn broker_label(a: &Args) -> &'static str {
+    match (&a.brokers, a.mock_broker, a.broker_label.as_deref()) {
+        (None, _, _) => "embedded",
+        (Some(_), true, _) => "embedded, own process",
+        (Some(_), false, Some("tansu")) => "tansu",
+        (Some(_), false, _) => "standalone",
+    }
+}
+
 /// Prints the result, writes it with `--json`, exits 1 on `missing`.
 fn finish(a: &Args, result: serde_json::Value, missing: usize) {
     println!("{result}");
@@ -334,6 +378,17 @@ impl Lcg {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let a = args();
+    if a.serve_broker {
+        // The embedded broker in a process of its own, so the measured
+        // process's memory is the services' alone.
+        let (broker, _) = unicron_bus::testing::embedded_with_topics();
+        println!(
+            "broker: {} pid {}",
+            broker.bootstrap_servers(),
+            std::process::id()
+        );
+        std::future::pending::<()>().await;
+    }
     let metrics = unicron_bus::metrics::install().expect("the metrics recorder");
     let bus = bus(&a).await;
     let producer = Producer::new(&bus.kafka, &bus.brokers).unwrap();
@@ -466,7 +521,7 @@ async fn planner_alone(
     sampler.take(m.decided_all);
     let mut result = serde_json::json!({
         "mode": "planner",
-        "brokers": if a.brokers.is_some() { "standalone" } else { "embedded" },
+        "brokers": broker_label(a),
         "clusters": a.clusters,
         "gpus_per_cluster": a.gpus,
         "minutes": a.minutes,

@@ -474,7 +474,7 @@ pub async fn run(
         .collect();
     let mut result = serde_json::json!({
         "mode": "pipeline",
-        "brokers": if a.brokers.is_some() { "standalone" } else { "embedded" },
+        "brokers": crate::broker_label(a),
         "clusters": a.clusters,
         "gpus_per_cluster": a.gpus,
         "nodes": a.clusters * nodes,
