@@ -66,6 +66,7 @@ async fn run(dir: &Path, brokers: &str, stop_after_commit: Option<i64>) -> i64 {
                 topic: OUTPUT.into(),
                 key: b"c1".to_vec(),
                 payload: format!("out-{}", record.offset).into_bytes(),
+                partition: None,
             });
         store.commit(commit).unwrap();
         committed += 1;

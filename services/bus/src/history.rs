@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::KafkaConfig;
@@ -23,74 +24,106 @@ pub fn read_topic(
     brokers: &str,
     topic: &str,
 ) -> Result<Vec<InboundRecord>, BusError> {
-    let consumer: BaseConsumer = config
-        .client_config_with(
-            brokers,
-            &[
-                ("group.id", "unicron-history".into()),
-                ("enable.auto.commit", "false".into()),
-                ("enable.partition.eof", "false".into()),
-            ],
-        )
-        .create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), TIMEOUT)?;
-    let Some(partitions) = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .map(|t| t.partitions().iter().map(|p| p.id()).collect::<Vec<_>>())
-    else {
-        return Ok(Vec::new());
-    };
-    let mut ends = std::collections::BTreeMap::new();
-    let mut list = TopicPartitionList::new();
-    for partition in partitions {
-        let (low, high) = match consumer.fetch_watermarks(topic, partition, TIMEOUT) {
-            Ok(marks) => marks,
-            Err(_) => continue, // no such partition (yet)
-        };
-        if high > low {
-            ends.insert(partition, high);
-            list.add_partition_offset(topic, partition, Offset::Offset(low))?;
-        }
+    let reader = PartitionReader::new(config, brokers)?;
+    let mut out = Vec::new();
+    for partition in reader.partitions(topic)? {
+        let (low, high) = reader.watermarks(topic, partition)?;
+        out.extend(reader.read(topic, partition, low, high)?);
     }
-    let mut by_partition: std::collections::BTreeMap<i32, Vec<InboundRecord>> =
-        std::collections::BTreeMap::new();
-    if ends.is_empty() {
-        return Ok(Vec::new());
+    Ok(out)
+}
+
+/// Reads ranges of single partitions with one client: a planner taking
+/// over partitions reads its checkpoint, then the decisions and inputs
+/// after it, without a consumer group.
+pub struct PartitionReader {
+    consumer: BaseConsumer,
+}
+
+impl PartitionReader {
+    pub fn new(config: &KafkaConfig, brokers: &str) -> Result<PartitionReader, BusError> {
+        let consumer: BaseConsumer = config
+            .client_config_with(
+                brokers,
+                &[
+                    ("group.id", "unicron-history".into()),
+                    ("enable.auto.commit", "false".into()),
+                    ("enable.partition.eof", "false".into()),
+                ],
+            )
+            .create()?;
+        Ok(PartitionReader { consumer })
     }
-    consumer.assign(&list)?;
-    let mut remaining = ends.len();
-    let mut idle_since = Instant::now();
-    while remaining > 0 {
-        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
-            if idle_since.elapsed() > TIMEOUT {
-                break; // records below the high watermark that never come (compaction)
+
+    /// The partitions of `topic`; none if it does not exist.
+    pub fn partitions(&self, topic: &str) -> Result<Vec<i32>, BusError> {
+        let metadata = self.consumer.fetch_metadata(Some(topic), TIMEOUT)?;
+        Ok(metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+            .unwrap_or_default())
+    }
+
+    /// The partition's low and high watermarks: records exist at offsets
+    /// `low..high`. A partition that does not exist (yet) is empty.
+    pub fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), BusError> {
+        match self.consumer.fetch_watermarks(topic, partition, TIMEOUT) {
+            Ok(marks) => Ok(marks),
+            Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownPartition) => {
+                Ok((0, 0))
             }
-            continue;
-        };
-        idle_since = Instant::now();
-        let message = message?;
-        let partition = message.partition();
-        let end = ends.get(&partition).copied().unwrap_or(0);
-        if message.offset() >= end {
-            continue;
+            Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                Ok((0, 0))
+            }
+            Err(e) => Err(e.into()),
         }
-        by_partition
-            .entry(partition)
-            .or_default()
-            .push(InboundRecord {
+    }
+
+    /// The records at offsets `from..to` that exist, in offset order
+    /// (`from` below the low watermark reads from there).
+    pub fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<InboundRecord>, BusError> {
+        let mut out = Vec::new();
+        if from >= to {
+            return Ok(out);
+        }
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, partition, Offset::Offset(from))?;
+        self.consumer.assign(&list)?;
+        let mut idle_since = Instant::now();
+        loop {
+            let Some(message) = self.consumer.poll(Duration::from_millis(200)) else {
+                if idle_since.elapsed() > TIMEOUT {
+                    break; // records below `to` that never come (compaction)
+                }
+                continue;
+            };
+            idle_since = Instant::now();
+            let message = message?;
+            if message.offset() >= to {
+                break;
+            }
+            out.push(InboundRecord {
                 topic: topic.to_string(),
                 partition,
                 offset: message.offset(),
                 key: message.key().map(<[u8]>::to_vec),
                 payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
                 timestamp_ms: message.timestamp().to_millis(),
-                caught_up: message.offset() + 1 >= end,
+                caught_up: message.offset() + 1 >= to,
             });
-        if message.offset() + 1 >= end {
-            remaining -= 1;
+            if message.offset() + 1 >= to {
+                break;
+            }
         }
+        self.consumer.unassign()?;
+        Ok(out)
     }
-    Ok(by_partition.into_values().flatten().collect())
 }

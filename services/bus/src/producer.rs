@@ -62,10 +62,25 @@ impl Producer {
         key: &[u8],
         payload: &[u8],
     ) -> Result<Delivered, BusError> {
+        self.send_bytes_to(topic, None, key, payload).await
+    }
+
+    /// [`send_bytes`](Producer::send_bytes) to `partition` when set, where
+    /// the key's hash must not choose it.
+    pub async fn send_bytes_to(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: &[u8],
+        payload: &[u8],
+    ) -> Result<Delivered, BusError> {
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(100);
         let delivery = loop {
-            let record = FutureRecord::to(topic).key(key).payload(payload);
+            let mut record = FutureRecord::to(topic).key(key).payload(payload);
+            if let Some(partition) = partition {
+                record = record.partition(partition);
+            }
             match self.inner.send(record, Timeout::After(QUEUE_TIMEOUT)).await {
                 Ok(delivery) => break delivery,
                 Err((e, _)) if transient(&e) && started.elapsed() < RESEND_FOR => {

@@ -19,8 +19,8 @@ mod step;
 
 pub use error::RuntimeError;
 pub use membership::Membership;
-pub use outbox::drain;
-pub use processor::{Applied, BusStatus, Injected, Never, Processor, Reading};
+pub use outbox::{Published, drain};
+pub use processor::{Applied, BusStatus, Injected, Never, Outgoing, Processor, Reading};
 pub use runtime::{Durability, RuntimeOptions, StartFrom, run};
 pub use step::Step;
 /// The store a stateful processor reads in its hooks.

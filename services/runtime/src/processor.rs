@@ -7,6 +7,7 @@ use unicron_bus::{DecodeError, InboundRecord};
 use unicron_store::Store;
 
 use crate::error::RuntimeError;
+use crate::outbox::Published;
 use crate::step::Step;
 
 /// What a step asks of the runtime once its writes are staged.
@@ -31,6 +32,19 @@ pub enum Never {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Injected {
     pub topic: String,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+/// A record a processor wants sent outside any commit, after outputs were
+/// published ([`Processor::published`]). At most once: a crash before it is
+/// sent loses it, so it must be something the processor can do without
+/// (the planner's checkpoints).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub topic: String,
+    /// `None`: the partition the key hashes to.
+    pub partition: Option<i32>,
     pub key: Vec<u8>,
     pub payload: Vec<u8>,
 }
@@ -118,6 +132,20 @@ pub trait Processor: Send {
         _store: Option<&Store>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send {
         async { Ok(()) }
+    }
+
+    /// Outputs (and records this hook asked for) were published at
+    /// `published`. Returns more records to send now; their positions come
+    /// back through this hook, so a processor can write records that name
+    /// the offsets of others it wrote (the planner's checkpoint manifest).
+    /// Also called on every tick with nothing published, for work that is
+    /// due by time.
+    fn published(
+        &mut self,
+        _published: &[Published],
+        _store: Option<&Store>,
+    ) -> Result<Vec<Outgoing>, Self::Error> {
+        Ok(Vec::new())
     }
 
     /// Called before each record with the consumer's connection status.

@@ -15,7 +15,7 @@ use unicron_store::{Commit, Store, StoreOptions};
 
 use crate::error::RuntimeError;
 use crate::membership::Membership;
-use crate::outbox::drain;
+use crate::outbox::{Published, drain};
 use crate::processor::{Applied, BusStatus, Processor, Reading};
 use crate::step::Step;
 
@@ -79,8 +79,9 @@ pub async fn run<P: Processor>(
     };
     processor.opened(store.as_deref())?;
     let producer = Producer::new(kafka, brokers).map_err(RuntimeError::from)?;
+    let mut published = Vec::new();
     if let Some(store) = &store {
-        drain(store, &producer).await?;
+        published = drain(store, &producer).await?;
     }
     let membership = match (&options.durability, &store) {
         (
@@ -117,7 +118,9 @@ pub async fn run<P: Processor>(
         dlq_topic: names.name(Topic::Dlq).to_string(),
         dlq_payload_bytes: kafka.dlq_payload_bytes,
         dead_letter_codec: AvroCodec::default(),
+        published,
     };
+    driver.report(processor, false).await?;
     let mut generation = membership.generation();
     let mut last_read: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut ticks = processor.tick_every().map(|every| {
@@ -153,6 +156,7 @@ pub async fn run<P: Processor>(
                     };
                     driver.handle(processor, &record, false).await?;
                 }
+                driver.report(processor, true).await?;
                 continue;
             }
             () = &mut shutdown => break,
@@ -177,6 +181,7 @@ pub async fn run<P: Processor>(
             continue;
         }
         let action = driver.handle(processor, &record, true).await?;
+        driver.report(processor, false).await?;
         if let Some(action) = action {
             let outcome = tokio::select! {
                 outcome = processor.act(&action) => outcome,
@@ -188,6 +193,7 @@ pub async fn run<P: Processor>(
             let mut step = Step::new(&record, store.as_deref());
             processor.finish(action, outcome, &mut step)?;
             driver.complete(&record, step, true).await?;
+            driver.report(processor, false).await?;
         }
         consumer.mark_done(&record).map_err(RuntimeError::from)?;
     }
@@ -205,9 +211,43 @@ struct Driver<'a> {
     dlq_topic: String,
     dlq_payload_bytes: usize,
     dead_letter_codec: AvroCodec<DeadLetter>,
+    /// Outputs published since the processor last heard of them.
+    published: Vec<Published>,
 }
 
 impl Driver<'_> {
+    /// Tells the processor where its outputs landed and sends what it asks
+    /// for in return, until it asks for nothing more.
+    /// With `always`, the processor hears of it even when nothing was
+    /// published (ticks).
+    async fn report<P: Processor>(
+        &mut self,
+        processor: &mut P,
+        always: bool,
+    ) -> Result<(), P::Error> {
+        let mut first = always;
+        while first || !self.published.is_empty() {
+            first = false;
+            let outgoing = processor.published(&self.published, self.store)?;
+            self.published.clear();
+            let sends = outgoing.iter().map(|o| {
+                self.producer
+                    .send_bytes_to(&o.topic, o.partition, &o.key, &o.payload)
+            });
+            let sent = futures::future::try_join_all(sends)
+                .await
+                .map_err(RuntimeError::from)?;
+            for (o, at) in outgoing.iter().zip(sent) {
+                self.published.push(Published {
+                    topic: o.topic.clone(),
+                    partition: at.partition,
+                    offset: at.offset,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the store's consumed offset is past `record`: it was applied
     /// before a restart or rebalance.
     fn applied_before(&self, record: &InboundRecord) -> Result<bool, RuntimeError> {
@@ -277,9 +317,20 @@ impl Driver<'_> {
                 });
             }
             for output in &step.outputs {
-                self.producer
-                    .send_bytes(&output.topic, &output.key, &output.payload)
+                let at = self
+                    .producer
+                    .send_bytes_to(
+                        &output.topic,
+                        output.partition,
+                        &output.key,
+                        &output.payload,
+                    )
                     .await?;
+                self.published.push(Published {
+                    topic: output.topic.clone(),
+                    partition: at.partition,
+                    offset: at.offset,
+                });
             }
             if let Some((key, payload)) = dead_letter {
                 self.producer
@@ -300,12 +351,15 @@ impl Driver<'_> {
                 topic: self.dlq_topic.clone(),
                 key,
                 payload,
+                partition: None,
             });
         }
         if commit.is_empty() {
             return Ok(());
         }
         store.commit(commit)?;
-        drain(store, self.producer).await
+        let published = drain(store, self.producer).await?;
+        self.published.extend(published);
+        Ok(())
     }
 }

@@ -36,6 +36,24 @@ impl<'a> Step<'a> {
             topic: topic.to_string(),
             key: key.into(),
             payload,
+            partition: None,
+        });
+    }
+
+    /// Like [`publish`](Step::publish), to `partition` of `topic` instead
+    /// of the one the key hashes to.
+    pub fn publish_to(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        key: impl Into<Vec<u8>>,
+        payload: Vec<u8>,
+    ) {
+        self.outputs.push(OutboxEntry {
+            topic: topic.to_string(),
+            key: key.into(),
+            payload,
+            partition: Some(partition),
         });
     }
 

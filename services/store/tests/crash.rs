@@ -65,6 +65,7 @@ fn run(dir: &Path, crash: Option<CrashPoint>) {
                 // Deterministic id from the input offset, as commands have.
                 key: format!("out-{offset}").into_bytes(),
                 payload: format!("out-{offset}").into_bytes(),
+                partition: None,
             });
         store.commit(commit).unwrap();
         if let Some(CrashPoint::AfterCommit(n)) = crash
@@ -176,11 +177,13 @@ fn drop_without_drain_keeps_the_outbox_and_offsets() {
                 topic: "t".into(),
                 key: b"k".to_vec(),
                 payload: b"p1".to_vec(),
+                partition: None,
             })
             .publish(OutboxEntry {
                 topic: "t".into(),
                 key: b"k".to_vec(),
                 payload: b"p2".to_vec(),
+                partition: None,
             });
         let keys = store.commit(commit).unwrap();
         assert_eq!(keys.len(), 2);
@@ -208,6 +211,7 @@ fn drop_without_drain_keeps_the_outbox_and_offsets() {
         topic: "t".into(),
         key: vec![],
         payload: b"p3".to_vec(),
+        partition: None,
     });
     let keys = store.commit(commit).unwrap();
     assert!(keys[0] > pending[1].0);
