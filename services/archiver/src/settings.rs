@@ -88,7 +88,15 @@ impl ArchiverSettings {
         Topology::builtin()
             .topics
             .iter()
-            .filter(|t| self.topics.is_empty() || self.topics.contains(&t.name))
+            .filter(|t| {
+                // By default what the topology says the archiver reads
+                // (not the planner's checkpoints: derived, and large).
+                if self.topics.is_empty() {
+                    t.consumers.iter().any(|c| c == "archiver")
+                } else {
+                    self.topics.contains(&t.name)
+                }
+            })
             .map(|t| {
                 let record = RecordType::from_name(&t.record)
                     .expect("the topology's record names are validated");
@@ -120,11 +128,12 @@ mod tests {
     }
 
     #[test]
-    fn defaults_archive_every_topic_with_the_prefix() {
+    fn defaults_archive_every_topic_but_the_planners_checkpoints() {
         let settings = ArchiverSettings::default();
         settings.validate().unwrap();
         let topics = settings.topics(&KafkaConfig::default());
-        assert_eq!(topics.len(), Topology::builtin().topics.len());
+        assert_eq!(topics.len(), Topology::builtin().topics.len() - 1);
+        assert!(!topics.contains_key("unicron.planner-checkpoints"));
         assert_eq!(
             topics.get("unicron.failures"),
             Some(&RecordType::FailureEvent)

@@ -18,10 +18,11 @@ pub enum RecordType {
     Command,
     CommandResult,
     DeadLetter,
+    PlannerCheckpoint,
 }
 
 impl RecordType {
-    pub const ALL: [RecordType; 9] = [
+    pub const ALL: [RecordType; 10] = [
         RecordType::TelemetryBatch,
         RecordType::LogRecord,
         RecordType::AgentEvent,
@@ -31,6 +32,7 @@ impl RecordType {
         RecordType::Command,
         RecordType::CommandResult,
         RecordType::DeadLetter,
+        RecordType::PlannerCheckpoint,
     ];
 
     /// The record's name, as in the schema and in `topology/topics.toml`.
@@ -45,6 +47,7 @@ impl RecordType {
             RecordType::Command => "Command",
             RecordType::CommandResult => "CommandResult",
             RecordType::DeadLetter => "DeadLetter",
+            RecordType::PlannerCheckpoint => "PlannerCheckpoint",
         }
     }
 
@@ -64,6 +67,9 @@ impl RecordType {
             RecordType::Command => include_str!("../../../schemas/Command.avsc"),
             RecordType::CommandResult => include_str!("../../../schemas/CommandResult.avsc"),
             RecordType::DeadLetter => include_str!("../../../schemas/DeadLetter.avsc"),
+            RecordType::PlannerCheckpoint => {
+                include_str!("../../../schemas/PlannerCheckpoint.avsc")
+            }
         }
     }
 
@@ -109,7 +115,8 @@ avro_record!(
     Decision,
     Command,
     CommandResult,
-    DeadLetter
+    DeadLetter,
+    PlannerCheckpoint
 );
 
 impl AvroRecord for unicron_core::TelemetryBatch {

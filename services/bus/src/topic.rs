@@ -18,10 +18,11 @@ pub enum Topic {
     Commands,
     CommandResults,
     Dlq,
+    PlannerCheckpoints,
 }
 
 impl Topic {
-    pub const ALL: [Topic; 9] = [
+    pub const ALL: [Topic; 10] = [
         Topic::Telemetry,
         Topic::Logs,
         Topic::Agent,
@@ -31,6 +32,7 @@ impl Topic {
         Topic::Commands,
         Topic::CommandResults,
         Topic::Dlq,
+        Topic::PlannerCheckpoints,
     ];
 
     /// The name without the prefix, as in `topology/topics.toml`.
@@ -45,6 +47,7 @@ impl Topic {
             Topic::Commands => "commands",
             Topic::CommandResults => "command-results",
             Topic::Dlq => "dlq",
+            Topic::PlannerCheckpoints => "planner-checkpoints",
         }
     }
 
@@ -60,6 +63,7 @@ impl Topic {
             Topic::Commands => RecordType::Command,
             Topic::CommandResults => RecordType::CommandResult,
             Topic::Dlq => RecordType::DeadLetter,
+            Topic::PlannerCheckpoints => RecordType::PlannerCheckpoint,
         }
     }
 
@@ -74,7 +78,7 @@ impl Topic {
 /// Full topic names under one prefix, resolved once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topics {
-    names: [String; 9],
+    names: [String; 10],
 }
 
 impl Topics {

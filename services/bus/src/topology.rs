@@ -191,7 +191,8 @@ mod tests {
                 "decisions",
                 "commands",
                 "command-results",
-                "dlq"
+                "dlq",
+                "planner-checkpoints"
             ]
         );
         for spec in &t.topics {
@@ -204,16 +205,25 @@ mod tests {
     }
 
     #[test]
-    fn planner_inputs_are_co_partitioned() {
+    fn planner_partitions_are_co_partitioned() {
         let t = Topology::builtin();
-        let parts: Vec<i32> = ["failures", "cluster", "command-results"]
-            .iter()
-            .map(|n| {
-                let spec = t.get(n).unwrap();
-                assert_eq!(spec.co_partition_group.as_deref(), Some("planner-inputs"));
-                spec.partitions
-            })
-            .collect();
+        let parts: Vec<i32> = [
+            "failures",
+            "cluster",
+            "command-results",
+            "decisions",
+            "planner-checkpoints",
+        ]
+        .iter()
+        .map(|n| {
+            let spec = t.get(n).unwrap();
+            assert_eq!(
+                spec.co_partition_group.as_deref(),
+                Some("planner-partitions")
+            );
+            spec.partitions
+        })
+        .collect();
         assert!(parts.windows(2).all(|w| w[0] == w[1]), "{parts:?}");
     }
 
@@ -228,7 +238,7 @@ mod tests {
         let err = t.validate().unwrap_err().to_string();
         assert!(
             err.starts_with("topology: topic `command-results`: partitions:")
-                && err.contains("co-partition group `planner-inputs`"),
+                && err.contains("co-partition group `planner-partitions`"),
             "{err}"
         );
     }
@@ -245,6 +255,6 @@ mod tests {
         let table = Topology::builtin().render_table("acme.");
         assert!(table.lines().next().unwrap().starts_with("topic"));
         assert!(table.contains("acme.command-results"));
-        assert_eq!(table.lines().count(), 10);
+        assert_eq!(table.lines().count(), 11);
     }
 }

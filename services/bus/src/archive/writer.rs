@@ -180,6 +180,9 @@ impl ArchiveWriter {
             RecordType::Command => self.append_typed::<Command>(record),
             RecordType::CommandResult => self.append_typed::<CommandResult>(record),
             RecordType::DeadLetter => self.append_typed::<DeadLetter>(record),
+            RecordType::PlannerCheckpoint => {
+                self.append_typed::<unicron_core::PlannerCheckpoint>(record)
+            }
         }
     }
 

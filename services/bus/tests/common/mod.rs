@@ -240,3 +240,26 @@ pub fn dead_letter(full: bool) -> DeadLetter {
         time_ms: 0,
     }
 }
+
+pub fn checkpoint(full: bool) -> PlannerCheckpoint {
+    PlannerCheckpoint {
+        input_partition: 2,
+        cluster: if full { String::new() } else { "c1".into() },
+        state: if full {
+            Vec::new()
+        } else {
+            b"{\"id\":\"c1\"}".to_vec()
+        },
+        manifest: full.then(|| CheckpointManifest {
+            consumed: vec![ConsumedOffset {
+                topic: "unicron.failures".into(),
+                next_offset: 41,
+            }],
+            decisions_next_offset: 17,
+            clusters: vec![CheckpointedCluster {
+                cluster: "c1".into(),
+                chunk_offsets: vec![3, 4],
+            }],
+        }),
+    }
+}
