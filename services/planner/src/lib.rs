@@ -4,10 +4,11 @@
 //! publishing `unicron.decisions` and `unicron.commands` from the outbox
 //! (docs/design.md §4). Thin by design: every decision is in `unicron-core`.
 
-mod catch_up;
+mod checkpoint;
 mod error;
 mod service;
 mod settings;
+mod takeover;
 
 pub use error::PlannerError;
 pub use service::run;

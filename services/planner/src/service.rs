@@ -2,8 +2,9 @@
 //! decisions and signed commands out, with the cluster's state. The
 //! runtime (unicron-runtime) does the rest.
 
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use unicron_bus::{
     AvroCodec, DecodeError, InboundRecord, KafkaConfig, PlannerInputs, Subscription, Topic,
@@ -11,13 +12,19 @@ use unicron_bus::{
 use unicron_core::planner::{ClusterState, Input, InputEvent, Output, Planner};
 use unicron_core::signing::CommandSigner;
 use unicron_core::{Command, Decision};
-use unicron_runtime::{Applied, Durability, Never, Processor, RuntimeOptions, StartFrom, Step};
+use unicron_runtime::{
+    Applied, Durability, Never, Outgoing, Processor, Published, RuntimeOptions, StartFrom, Step,
+};
 use unicron_store::Store;
 
+use crate::checkpoint::{Cadence, CheckpointTopics, Checkpoints, index_key};
 use crate::error::PlannerError;
 use crate::settings::PlannerSettings;
 
 const SERVICE: &str = "planner";
+
+/// How often an idle planner looks for a checkpoint due by time.
+const CHECKPOINT_CHECK: Duration = Duration::from_secs(60);
 
 /// How the planner reads its inputs and writes its outputs.
 pub(crate) struct Topics {
@@ -81,7 +88,20 @@ pub async fn run(
     signer: CommandSigner,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), PlannerError> {
+    settings.validate()?;
     let topics = Topics::new(kafka);
+    let checkpoints = Checkpoints::new(
+        CheckpointTopics {
+            checkpoints: topics.names.name(Topic::PlannerCheckpoints).to_string(),
+            decisions: topics.names.name(Topic::Decisions).to_string(),
+            inputs: PlannerInputs::TOPICS.map(|t| topics.names.name(t).to_string()),
+        },
+        Cadence {
+            every_decisions: settings.checkpoint_every_decisions,
+            full_every: Duration::from_secs_f64(settings.checkpoint_full_every_s),
+            max_record_bytes: kafka.max_record_bytes,
+        },
+    );
     let options = RuntimeOptions {
         service: SERVICE,
         group_id: settings.group_id.clone(),
@@ -102,6 +122,8 @@ pub async fn run(
         kafka: kafka.clone(),
         brokers: brokers.to_string(),
         topics,
+        checkpoints,
+        indexed: BTreeSet::new(),
     };
     tracing::info!(group = %settings.group_id, state_dir = %settings.state_dir.display(), "planner starting");
     unicron_runtime::run(kafka, brokers, &options, &mut processor, shutdown).await
@@ -114,6 +136,9 @@ struct PlannerProcessor {
     kafka: KafkaConfig,
     brokers: String,
     topics: Topics,
+    checkpoints: Checkpoints,
+    /// (input partition, cluster) pairs known to be in the store's index.
+    indexed: BTreeSet<(i32, String)>,
 }
 
 impl Processor for PlannerProcessor {
@@ -161,8 +186,12 @@ impl Processor for PlannerProcessor {
                     metrics::counter!("unicron_planner_decisions_total", "cluster" => cluster.clone())
                         .increment(1);
                     let payload = self.topics.decision.encode(&decision)?;
-                    step.publish(
+                    // The partition of the input, not the key's hash: a
+                    // takeover reads one decisions partition per input
+                    // partition, whatever partitioner the producers used.
+                    step.publish_to(
                         self.topics.names.name(Topic::Decisions),
+                        record.partition,
                         cluster.as_bytes(),
                         payload,
                     );
@@ -184,6 +213,12 @@ impl Processor for PlannerProcessor {
             state_key(&cluster),
             serde_json::to_vec(state).expect("state serialises"),
         );
+        let indexed = (record.partition, cluster);
+        if !self.indexed.contains(&indexed) {
+            step.put_state(index_key(indexed.0, &indexed.1), Vec::new());
+            self.indexed.insert(indexed.clone());
+        }
+        self.checkpoints.changed(indexed.0, &indexed.1);
         Ok(Applied::Done)
     }
 
@@ -200,25 +235,71 @@ impl Processor for PlannerProcessor {
     }
 
     /// Partitions moved: cached clusters may be stale. Reload them lazily,
-    /// after applying what other instances decided meanwhile.
+    /// after taking over what other instances decided meanwhile.
     async fn reassigned(
         &mut self,
         assigned: &[(String, i32)],
         store: Option<&Store>,
     ) -> Result<(), PlannerError> {
+        let held = co_partitioned(&self.topics.names, assigned)?;
         self.planner = Planner::new(self.settings.tuning.clone(), self.signer.clone());
+        self.indexed.clear();
+        self.checkpoints.retain(&held);
         let store = store.expect("the planner runs with a store");
-        crate::catch_up::catch_up(
+        crate::takeover::take_over(
             &mut self.planner,
             store,
             &self.kafka,
             &self.brokers,
-            &self.topics,
-            assigned,
+            &held,
+            &mut self.checkpoints,
         )
-        .await?;
-        Ok(())
+        .await
     }
+
+    fn published(
+        &mut self,
+        published: &[Published],
+        store: Option<&Store>,
+    ) -> Result<Vec<Outgoing>, PlannerError> {
+        let store = store.expect("the planner runs with a store");
+        self.checkpoints.published(published, store, Instant::now())
+    }
+
+    /// Ticks let a checkpoint that is due by time go out on an idle planner.
+    fn tick_every(&self) -> Option<Duration> {
+        Some(CHECKPOINT_CHECK)
+    }
+}
+
+/// The input partitions of `assigned`, which must be the same for every
+/// input topic: a cluster's failures, events and results are one stream.
+/// The group's `range` assignor gives that for co-partitioned topics; a
+/// site overriding `partition.assignment.strategy` may break it, and then
+/// two planners would decide for one cluster.
+pub(crate) fn co_partitioned(
+    names: &unicron_bus::Topics,
+    assigned: &[(String, i32)],
+) -> Result<BTreeSet<i32>, PlannerError> {
+    let by_topic = PlannerInputs::TOPICS.map(|topic| {
+        let name = names.name(topic);
+        let partitions: BTreeSet<i32> = assigned
+            .iter()
+            .filter(|(t, _)| t == name)
+            .map(|(_, p)| *p)
+            .collect();
+        (name, partitions)
+    });
+    let (first, held) = &by_topic[0];
+    for (name, partitions) in &by_topic[1..] {
+        if partitions != held {
+            return Err(PlannerError::Config(format!(
+                "kafka.partition.assignment.strategy: the group gave this planner partitions {held:?} of {first} but {partitions:?} of {name}; \
+                 one planner must hold partition p of every input topic (use the default, `range`)"
+            )));
+        }
+    }
+    Ok(held.clone())
 }
 
 fn describe_metrics() {
@@ -241,6 +322,14 @@ fn describe_metrics() {
     metrics::describe_counter!(
         "unicron_planner_catch_up_divergences_total",
         "Decisions of other instances this instance did not reproduce (policy or configuration differ)."
+    );
+    metrics::describe_counter!(
+        "unicron_planner_checkpoints_total",
+        "Checkpoints of an input partition written (manifest published)."
+    );
+    metrics::describe_counter!(
+        "unicron_planner_checkpoints_restored_total",
+        "Input partitions taken over from a checkpoint ahead of the local store."
     );
     metrics::describe_gauge!(
         "unicron_planner_waf",

@@ -21,6 +21,14 @@ pub struct PlannerSettings {
     pub signing_key_file: Option<PathBuf>,
     /// fsync every commit (survives power loss, not only kill -9).
     pub sync_writes: bool,
+    /// Checkpoint an input partition after this many decisions on it: a
+    /// planner taking the partition over replays at most about this many
+    /// decisions (docs/operations.md, "Several planners").
+    pub checkpoint_every_decisions: u64,
+    /// Write a whole checkpoint of every held partition at least this often
+    /// (seconds), even when idle, so the newest outlives the checkpoint
+    /// topic's retention (3 days by default).
+    pub checkpoint_full_every_s: f64,
     /// The decision model: policy, D_running, D_transition, escalation.
     pub tuning: PlannerConfig,
 }
@@ -33,12 +41,30 @@ impl Default for PlannerSettings {
             key_id: "dev".to_string(),
             signing_key_file: None,
             sync_writes: false,
+            checkpoint_every_decisions: 1000,
+            checkpoint_full_every_s: 86_400.0,
             tuning: PlannerConfig::default(),
         }
     }
 }
 
 impl PlannerSettings {
+    /// Rejects settings the planner cannot run with, naming the field.
+    pub fn validate(&self) -> Result<(), PlannerError> {
+        if self.checkpoint_every_decisions == 0 {
+            return Err(PlannerError::Config(
+                "planner.checkpoint_every_decisions: must be at least 1".into(),
+            ));
+        }
+        if !(self.checkpoint_full_every_s > 0.0 && self.checkpoint_full_every_s < 1e9) {
+            return Err(PlannerError::Config(format!(
+                "planner.checkpoint_full_every_s: must be a positive number of seconds, not {}",
+                self.checkpoint_full_every_s
+            )));
+        }
+        Ok(())
+    }
+
     /// The signer from `signing_key_file`.
     pub fn signer(&self) -> Result<CommandSigner, PlannerError> {
         let path = self.signing_key_file.as_ref().ok_or_else(|| {

@@ -129,10 +129,16 @@ impl Harness {
         &self,
         state_dir: &std::path::Path,
     ) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-        let settings = PlannerSettings {
+        self.start_with(PlannerSettings {
             state_dir: state_dir.to_path_buf(),
             ..PlannerSettings::default()
-        };
+        })
+    }
+
+    fn start_with(
+        &self,
+        settings: PlannerSettings,
+    ) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
         let (stop, stopped) = oneshot::channel::<()>();
         let (kafka, brokers) = (self.kafka.clone(), self.brokers());
         let task = tokio::spawn(async move {
@@ -316,4 +322,79 @@ fn replay_log(h: &Harness) -> unicron_core::replay::Comparison {
         CommandSigner::from_seed("replay", [9; 32]),
     );
     unicron_core::replay::replay_planner(&mut planner, &steps, |_| true).0
+}
+
+/// Retention has removed a cluster's first inputs (the embedded broker
+/// drops a partition's oldest records past 5 MB): a planner taking over
+/// with an empty store starts from the previous owner's checkpoint,
+/// replays the one decision after it, and decides the next failure as the
+/// previous owner's state leads to, publishing nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_after_retention_starts_from_the_checkpoint() {
+    let mut h = Harness::new();
+    let decisions = h.reader("decisions", "t-decisions");
+    let settings = |dir: &std::path::Path| PlannerSettings {
+        state_dir: dir.to_path_buf(),
+        checkpoint_every_decisions: 2,
+        ..PlannerSettings::default()
+    };
+    let first_owner = tempfile::tempdir().unwrap();
+    let (stop, task) = h.start_with(settings(first_owner.path()));
+    h.setup_cluster("c1").await;
+    h.failure("c1", "n1", FailureKind::CudaError).await;
+    let before: Vec<Decision> = read(&decisions, 6).await;
+
+    // 7 MB of records nobody can decode on the cluster's partitions.
+    let garbage = vec![0xffu8; 1_000_000];
+    for topic in ["failures", "cluster"] {
+        for _ in 0..7 {
+            h.producer
+                .send_bytes(&h.kafka.topic(topic), b"c1", &garbage)
+                .await
+                .unwrap();
+        }
+    }
+    // One decision after the last checkpoint (taken every 2 decisions).
+    h.failure("c1", "n3", FailureKind::EccError).await;
+    let after: Vec<Decision> = read(&decisions, 1).await;
+    assert!(
+        after[0].reason.contains("isolate n3"),
+        "{}",
+        after[0].reason
+    );
+    stop_planner(stop, task).await;
+
+    let partition = after[0].trigger.partition;
+    let reader = unicron_bus::history::PartitionReader::new(&h.kafka, &h.brokers()).unwrap();
+    for decision in &before {
+        let t = &decision.trigger;
+        let (low, _) = reader.watermarks(&t.topic, partition).unwrap();
+        assert!(
+            low > t.offset,
+            "{} {}: an early input is still there (low watermark {low})",
+            t.topic,
+            t.offset
+        );
+    }
+    let (low, high) = reader
+        .watermarks(&h.kafka.topic("planner-checkpoints"), partition)
+        .unwrap();
+    assert!(high > low, "no checkpoint was written");
+
+    let second_owner = tempfile::tempdir().unwrap();
+    let (stop, task) = h.start_with(settings(second_owner.path()));
+    let failure = h.failure("c1", "n4", FailureKind::NcclTimeout).await;
+    let next: Vec<Decision> = read(&decisions, 1).await;
+    assert_eq!(next[0].trigger.ref_id, failure);
+    assert!(next[0].reason.contains("reattempt"), "{}", next[0].reason);
+    // It knows n3 is isolated: only the previous owner's state says so.
+    assert!(
+        !next[0].alternatives[next[0].chosen_index.unwrap() as usize]
+            .allocation
+            .is_empty(),
+        "{:?}",
+        next[0]
+    );
+    nothing_more(&decisions).await;
+    stop_planner(stop, task).await;
 }
