@@ -66,6 +66,10 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 ("enable.auto.commit", "true".into()),
                 ("enable.auto.offset.store", "false".into()),
                 ("auto.offset.reset", "earliest".into()),
+                // Partition p of co-partitioned topics to one member: the
+                // planner needs a cluster's failures, events and results
+                // together (it refuses an assignment that splits them).
+                ("partition.assignment.strategy", "range".into()),
                 // A dead member's partitions move after 10 s instead of
                 // Kafka's default 45 s: recovery should not wait on a crash.
                 ("session.timeout.ms", "10000".into()),
