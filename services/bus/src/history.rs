@@ -49,6 +49,10 @@ impl PartitionReader {
                     ("group.id", "unicron-history".into()),
                     ("enable.auto.commit", "false".into()),
                     ("enable.partition.eof", "false".into()),
+                    // Never joins the group, but librdkafka still checks
+                    // it against a site's max.poll.interval.ms: the
+                    // services' consumers' value, not its 45 s default.
+                    ("session.timeout.ms", "10000".into()),
                 ],
             )
             .create()?;
