@@ -2,11 +2,15 @@
 # Many clusters on one planner service, failures at a multiple of the
 # paper setting's rate:
 #
-#   tools/bench/clusters.sh [--pipeline] [--tansu | --broker-process | --brokers HOST:PORT]
+#   tools/bench/clusters.sh [--pipeline | --planners N [--kill-after-minutes K] [--replay]]
+#                           [--tansu | --broker-process | --brokers HOST:PORT]
 #                           [--clusters N] [--gpus-per-cluster G] [--minutes M]
 #                           [--rate X] [--speed S] [--sample-s S]
 #                           [--warmup-minutes W] [--repair-s R] [--json FILE]
 #
+# --planners N: N `unicron planner` processes in one group (a standalone
+# broker only), one SIGKILLed and restarted K minutes into the failures;
+# --replay also runs `unicron replay` on the whole log at the end.
 # Default: the planner alone, failures fed straight to it. --pipeline: every
 # node heartbeats each second and failures arrive as the simulator's
 # evidence, through the detector and the planner. The broker is the
@@ -33,9 +37,15 @@ for arg in "$@"; do
   case "$arg" in
     --tansu) tansu="${TANSU:-/var/cache/unicron-tools/bin/tansu}" ;;
     --broker-process) broker_process=1 ;;
+    --planners) args+=("$arg" ); planners=1 ;;
     *) args+=("$arg") ;;
   esac
 done
+# Several planners run as `unicron planner` processes of this build.
+if [ -n "${planners:-}" ]; then
+  cargo build -q --release -p unicron
+  args+=(--unicron "$CARGO_TARGET_DIR/release/unicron")
+fi
 
 if [ -n "$broker_process" ]; then
   cargo bench -q -p unicron-planner --bench clusters --no-run

@@ -25,6 +25,7 @@
 //! [--clusters N] [--gpus-per-cluster G] [--minutes M] [--json FILE]` runs it.
 
 mod pipeline;
+mod planners;
 mod sampling;
 
 use std::collections::BTreeMap;
@@ -47,6 +48,11 @@ pub struct Args {
     speed: f64,
     json: Option<String>,
     pipeline: bool,
+    /// Several planner processes (`planners`); 0: one planner in process.
+    planners: usize,
+    unicron: Option<std::path::PathBuf>,
+    kill_after_minutes: f64,
+    replay: bool,
     brokers: Option<String>,
     /// A standalone broker's process id, so its RSS is reported too.
     broker_pid: Option<u32>,
@@ -80,6 +86,10 @@ fn args() -> Args {
         sample_s: 5.0,
         warmup_minutes: None,
         repair_s: 30.0,
+        planners: 0,
+        unicron: None,
+        kill_after_minutes: 1.0,
+        replay: false,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -104,9 +114,13 @@ fn args() -> Args {
             "--sample-s" => a.sample_s = number("--sample-s"),
             "--warmup-minutes" => a.warmup_minutes = Some(number("--warmup-minutes")),
             "--repair-s" => a.repair_s = number("--repair-s"),
-            flag @ ("--pipeline" | "--mock-broker" | "--serve-broker") => {
+            "--planners" => a.planners = number("--planners") as usize,
+            "--unicron" => a.unicron = Some(value.into()),
+            "--kill-after-minutes" => a.kill_after_minutes = number("--kill-after-minutes"),
+            flag @ ("--pipeline" | "--replay" | "--mock-broker" | "--serve-broker") => {
                 match flag {
                     "--pipeline" => a.pipeline = true,
+                    "--replay" => a.replay = true,
                     "--mock-broker" => a.mock_broker = true,
                     _ => a.serve_broker = true,
                 }
@@ -396,6 +410,15 @@ async fn main() {
     join_clusters(&bus, &producer, a.clusters, nodes).await;
     let dir = tempfile::tempdir().unwrap();
     let settings = planner_settings(&bus, dir.path(), nodes);
+    if a.planners > 0 {
+        let (mut result, bad) = planners::run(&a, &bus, &producer).await;
+        merge(
+            &mut result,
+            serde_json::json!({ "broker_rss_mb": broker_rss_mb(a.broker_pid) }),
+        );
+        finish(&a, result, bad);
+        return;
+    }
     if a.pipeline {
         let (mut result, missing) = pipeline::run(&a, &bus, &producer, &settings).await;
         merge(&mut result, service_metrics(&metrics.render()));
@@ -411,6 +434,35 @@ async fn main() {
     finish(&a, result, missing);
 }
 
+/// Failure `i` of a run, as the detector would publish it: on a random
+/// cluster and node, half SEV1 (an isolation and a re-plan), half SEV3
+/// (a reattempt), its event time `--speed` times faster than real time.
+pub fn random_failure(a: &Args, rng: &mut Lcg, clusters: &[String], i: usize) -> FailureEvent {
+    let cluster = clusters[rng.next(clusters.len())].clone();
+    let node = node_name(rng.next(a.gpus / 8));
+    let sev1 = rng.next(2) == 0;
+    let event_ms = START_MS + 60_000 + (i as f64 / a.failures_per_s() * 1000.0 * a.speed) as i64;
+    FailureEvent {
+        id: format!("f-{i}"),
+        cluster,
+        node: Some(node),
+        gpu: None,
+        job: None,
+        rank: None,
+        kind: if sev1 {
+            FailureKind::EccError
+        } else {
+            FailureKind::NcclTimeout
+        },
+        severity: if sev1 { Severity::Sev1 } else { Severity::Sev3 },
+        method: DetectionMethod::LogRule,
+        rule: None,
+        evidence: vec![],
+        first_evidence_ms: event_ms,
+        detected_ms: event_ms,
+    }
+}
+
 /// The planner alone: failures straight to the failures topic.
 async fn planner_alone(
     a: &Args,
@@ -418,7 +470,6 @@ async fn planner_alone(
     producer: &Producer,
     settings: &PlannerSettings,
 ) -> (serde_json::Value, usize) {
-    let nodes = a.gpus / 8;
     let names: Vec<String> = (0..a.clusters).map(cluster_name).collect();
     let planner = start_planner(bus, settings);
     let out = Consumer::new(
@@ -482,32 +533,10 @@ async fn planner_alone(
             m.restarted = Some(Instant::now());
             start_planner(bus, settings);
         }
-        let cluster = &names[rng.next(names.len())];
-        let node = node_name(rng.next(nodes));
-        let sev1 = rng.next(2) == 0;
-        let event_ms = START_MS + 60_000 + (i as f64 / per_s * 1000.0 * a.speed) as i64;
-        let failure = FailureEvent {
-            id: format!("f-{i}"),
-            cluster: cluster.clone(),
-            node: Some(node),
-            gpu: None,
-            job: None,
-            rank: None,
-            kind: if sev1 {
-                FailureKind::EccError
-            } else {
-                FailureKind::NcclTimeout
-            },
-            severity: if sev1 { Severity::Sev1 } else { Severity::Sev3 },
-            method: DetectionMethod::LogRule,
-            rule: None,
-            evidence: vec![],
-            first_evidence_ms: event_ms,
-            detected_ms: event_ms,
-        };
+        let failure = random_failure(a, &mut rng, &names, i);
         m.sent(&failure.id);
         producer
-            .send(&failures, cluster, &failure, &fcodec)
+            .send(&failures, &failure.cluster, &failure, &fcodec)
             .await
             .unwrap();
     }
