@@ -311,7 +311,7 @@ fn up_hosts_a_broker_other_processes_can_use() {
     child.wait().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert_eq!(stdout.lines().count(), 9, "{stdout}");
+    assert_eq!(stdout.lines().count(), 10, "{stdout}");
     assert!(stdout.lines().all(|l| l.starts_with("exists ")), "{stdout}");
     assert!(
         stdout.contains("unicron.telemetry (12 partitions)"),
