@@ -13,6 +13,9 @@ const CF_OUTBOX: &str = "outbox";
 const CF_DEDUPE: &str = "dedupe";
 const FAMILIES: [&str; 4] = [CF_STATE, CF_OFFSETS, CF_OUTBOX, CF_DEDUPE];
 
+/// The write-ahead log's cap (see `Store::open`).
+const MAX_TOTAL_WAL_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -102,6 +105,11 @@ impl Store {
         let mut db_options = Options::default();
         db_options.create_if_missing(true);
         db_options.create_missing_column_families(true);
+        // A write-ahead log file is kept until every column family has
+        // flushed what it holds; the small ones (offsets, outbox) rarely
+        // fill a memtable, so without a cap the log grew by GBs an hour
+        // under load. Past this size RocksDB flushes them.
+        db_options.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
         let families = FAMILIES
             .iter()
             .map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
