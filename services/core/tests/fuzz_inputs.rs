@@ -558,6 +558,7 @@ fn is_field_path(field: &str) -> bool {
         "weight",
         "min_gpus",
         "max_gpus",
+        "unit_gpus",
         "current_gpus",
         "d_transition_s",
         "throughput",
