@@ -83,6 +83,35 @@ impl Commit {
         self
     }
 
+    /// Adds everything `later` stages after what this commit holds, so
+    /// several steps commit as one batch.
+    pub fn append(&mut self, later: Commit) -> &mut Self {
+        self.state.extend(later.state);
+        self.offsets.extend(later.offsets);
+        self.outbox.extend(later.outbox);
+        self.dedupe.extend(later.dedupe);
+        self
+    }
+
+    /// What this commit sets `key` to: `Some(None)` for a delete, `None`
+    /// when it does not touch `key`. The last write wins, as in the store.
+    pub fn staged_state(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        self.state
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, value)| value.as_deref())
+    }
+
+    /// The dedupe entry this commit stages for `id`, if any.
+    pub fn staged_remembered(&self, id: &[u8]) -> Option<&[u8]> {
+        self.dedupe
+            .iter()
+            .rev()
+            .find(|(k, _)| k == id)
+            .map(|(_, outcome)| outcome.as_slice())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.state.is_empty()
             && self.offsets.is_empty()
@@ -222,8 +251,17 @@ impl Store {
 
     /// Removes a delivered entry from the outbox.
     pub fn outbox_delivered(&self, key: OutboxKey) -> Result<(), StoreError> {
-        self.db
-            .delete_cf_opt(self.cf(CF_OUTBOX), key.to_bytes(), &self.write)?;
+        self.outbox_delivered_all(&[key])
+    }
+
+    /// Removes delivered entries from the outbox in one write.
+    pub fn outbox_delivered_all(&self, keys: &[OutboxKey]) -> Result<(), StoreError> {
+        let outbox = self.cf(CF_OUTBOX);
+        let mut batch = WriteBatch::default();
+        for key in keys {
+            batch.delete_cf(outbox, key.to_bytes());
+        }
+        self.db.write_opt(batch, &self.write)?;
         Ok(())
     }
 

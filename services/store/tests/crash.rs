@@ -247,3 +247,47 @@ fn state_prefix_scan_is_bounded_to_the_prefix() {
     store.commit(commit).unwrap();
     assert_eq!(store.state(b"c1/job/a").unwrap(), None);
 }
+
+#[test]
+fn steps_appended_to_one_commit_read_and_write_as_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut batch = Commit::new();
+    let mut first = Commit::new();
+    first
+        .put_state("k", "1")
+        .put_state("gone", "x")
+        .remember("id", "a")
+        .consumed(TOPIC, 0, 1);
+    batch.append(first);
+    assert_eq!(batch.staged_state(b"k"), Some(Some(b"1".as_slice())));
+    assert_eq!(batch.staged_state(b"other"), None);
+    let mut second = Commit::new();
+    second
+        .put_state("k", "2")
+        .delete_state("gone")
+        .remember("id", "b")
+        .consumed(TOPIC, 0, 2)
+        .publish(OutboxEntry {
+            topic: "out".into(),
+            key: b"k".to_vec(),
+            payload: b"2".to_vec(),
+            partition: None,
+        });
+    batch.append(second);
+    // The later step's writes win, as they will in the store.
+    assert_eq!(batch.staged_state(b"k"), Some(Some(b"2".as_slice())));
+    assert_eq!(batch.staged_state(b"gone"), Some(None));
+    assert_eq!(batch.staged_remembered(b"id"), Some(b"b".as_slice()));
+    store.commit(batch).unwrap();
+    assert_eq!(store.state(b"k").unwrap(), Some(b"2".to_vec()));
+    assert_eq!(store.state(b"gone").unwrap(), None);
+    assert_eq!(store.remembered(b"id").unwrap(), Some(b"b".to_vec()));
+    assert_eq!(store.offset(TOPIC, 0).unwrap(), Some(2));
+    let outbox = store.outbox().unwrap();
+    assert_eq!(outbox.len(), 1);
+    store
+        .outbox_delivered_all(&outbox.iter().map(|(key, _)| *key).collect::<Vec<_>>())
+        .unwrap();
+    assert!(store.outbox().unwrap().is_empty());
+}
