@@ -36,6 +36,6 @@ pub use consumer::{Consumer, InboundRecord};
 pub use embedded::EmbeddedBroker;
 pub use error::BusError;
 pub use planner_input::PlannerInputs;
-pub use producer::Producer;
+pub use producer::{Outbound, Producer};
 pub use topic::{Subscription, Topic, Topics};
 pub use topology::{TopicSpec, Topology, check_retention_ms};
