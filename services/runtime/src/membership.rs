@@ -75,6 +75,16 @@ impl Membership {
         assigned.iter().cloned().collect()
     }
 
+    /// Whether `partition` of `topic` is currently assigned.
+    pub fn holds(&self, topic: &str, partition: i32) -> bool {
+        let assigned = self
+            .shared
+            .assigned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        assigned.contains(&(topic.to_string(), partition))
+    }
+
     fn set_assigned(&self, partitions: BTreeSet<(String, i32)>) {
         *self
             .shared

@@ -1,4 +1,5 @@
-//! The loop: consume → decode → apply → commit → publish → mark done.
+//! The loop: consume → decode → apply (a batch of waiting records) →
+//! commit → publish → mark done.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -6,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::FutureExt as _;
 use unicron_bus::dlq::encode_dead_letter;
+use unicron_bus::producer::Outbound;
 use unicron_bus::{
     AvroCodec, Consumer, InboundRecord, KafkaConfig, Producer, Subscription, Topic, Topics,
 };
@@ -17,7 +20,7 @@ use crate::error::RuntimeError;
 use crate::membership::Membership;
 use crate::outbox::{Published, drain};
 use crate::processor::{Applied, BusStatus, Processor, Reading};
-use crate::step::Step;
+use crate::step::{Staged, Step};
 
 /// How a service's effects survive a crash.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +122,8 @@ pub async fn run<P: Processor>(
         dlq_payload_bytes: kafka.dlq_payload_bytes,
         dead_letter_codec: AvroCodec::default(),
         published,
+        pending: Commit::new(),
+        done: Vec::new(),
     };
     driver.report(processor, false).await?;
     let mut generation = membership.generation();
@@ -131,8 +136,8 @@ pub async fn run<P: Processor>(
     // Ready while this loop runs; not ready once it ends, however it ends.
     let _ready = unicron_bus::metrics::ReadyGuard::new(options.service);
     tokio::pin!(shutdown);
-    loop {
-        let record = tokio::select! {
+    'reading: loop {
+        let first = tokio::select! {
             record = consumer.recv() => record.map_err(RuntimeError::from)?,
             _ = async { ticks.as_mut().expect("guarded").tick().await }, if ticks.is_some() => {
                 let status = BusStatus { connection_losses: membership.connection_losses(), now: Instant::now() };
@@ -155,52 +160,91 @@ pub async fn run<P: Processor>(
                         caught_up: true,
                     };
                     driver.handle(processor, &record, false).await?;
+                    driver.flush().await?;
                 }
                 driver.report(processor, true).await?;
                 continue;
             }
             () = &mut shutdown => break,
         };
-        tracing::debug!(topic = %record.topic, partition = record.partition, offset = record.offset, "received");
-        if membership.generation() != generation {
-            generation = membership.generation();
-            processor
-                .reassigned(&membership.assigned(), store.as_deref())
-                .await?;
+        // Whatever else is ready joins this record's batch, each with the
+        // group generation it was read in.
+        let mut batch = vec![(first, membership.generation())];
+        while batch.len() < MAX_BATCH {
+            match consumer.recv().now_or_never() {
+                Some(record) => {
+                    batch.push((record.map_err(RuntimeError::from)?, membership.generation()))
+                }
+                None => break,
+            }
         }
-        processor.observe(BusStatus {
-            connection_losses: membership.connection_losses(),
-            now: Instant::now(),
-        });
-        if ticks.is_some() {
-            // Only ticks ask how far a partition was read.
-            last_read.insert((record.topic.clone(), record.partition), record.offset);
-        }
-        if !processor.wants(&record) || driver.applied_before(&record)? {
-            consumer.mark_done(&record).map_err(RuntimeError::from)?;
-            continue;
-        }
-        let action = driver.handle(processor, &record, true).await?;
-        driver.report(processor, false).await?;
-        if let Some(action) = action {
+        for (record, read_in) in batch {
+            tracing::debug!(topic = %record.topic, partition = record.partition, offset = record.offset, "received");
+            if read_in != membership.generation()
+                && !membership.holds(&record.topic, record.partition)
+            {
+                // Read before a rebalance gave its partition away: the new
+                // owner reads it, and it is not marked done here.
+                continue;
+            }
+            if read_in != generation {
+                // What was read before the rebalance is committed before
+                // the processor hears of it (a takeover reads the store).
+                driver.flush().await?;
+                driver.report(processor, false).await?;
+                generation = read_in;
+                processor
+                    .reassigned(&membership.assigned(), store.as_deref())
+                    .await?;
+            }
+            processor.observe(BusStatus {
+                connection_losses: membership.connection_losses(),
+                now: Instant::now(),
+            });
+            if ticks.is_some() {
+                // Only ticks ask how far a partition was read.
+                last_read.insert((record.topic.clone(), record.partition), record.offset);
+            }
+            if !processor.wants(&record) || driver.applied_before(&record)? {
+                driver.done(record);
+                continue;
+            }
+            let Some(action) = driver.handle(processor, &record, true).await? else {
+                driver.done(record);
+                continue;
+            };
+            // An action runs outside any step: what was staged so far,
+            // this record's step among it, commits first.
+            driver.flush().await?;
+            driver.report(processor, false).await?;
             let outcome = tokio::select! {
                 outcome = processor.act(&action) => outcome,
                 () = &mut shutdown => {
                     tracing::info!(service = options.service, "stopping mid-action: the record is read again after a restart");
-                    break;
+                    break 'reading;
                 }
             };
-            let mut step = Step::new(&record, store.as_deref());
+            let mut step = Step::new(&record, store.as_deref(), None);
             processor.finish(action, outcome, &mut step)?;
-            driver.complete(&record, step, true).await?;
-            driver.report(processor, false).await?;
+            let staged = step.into_staged();
+            driver.stage(&record, staged, true).await?;
+            driver.done(record);
         }
-        consumer.mark_done(&record).map_err(RuntimeError::from)?;
+        driver.flush().await?;
+        driver.report(processor, false).await?;
     }
+    driver.flush().await?;
     consumer.commit_now().map_err(RuntimeError::from)?;
     tracing::info!(service = options.service, "stopped");
     Ok(())
 }
+
+/// The most records applied before one commit. Records that are already
+/// waiting are applied together and committed in one RocksDB write, and
+/// their outputs published as one batch: a busy service pays one write
+/// and one broker round trip per batch rather than per record. The bound
+/// caps how long the batch's first record waits for its commit.
+const MAX_BATCH: usize = 128;
 
 /// The I/O half of the loop, borrowed from `run`.
 struct Driver<'a> {
@@ -213,6 +257,10 @@ struct Driver<'a> {
     dead_letter_codec: AvroCodec<DeadLetter>,
     /// Outputs published since the processor last heard of them.
     published: Vec<Published>,
+    /// The batch's steps, staged and not yet committed.
+    pending: Commit,
+    /// The batch's records, marked done once it is committed.
+    done: Vec<InboundRecord>,
 }
 
 impl Driver<'_> {
@@ -230,11 +278,18 @@ impl Driver<'_> {
             first = false;
             let outgoing = processor.published(&self.published, self.store)?;
             self.published.clear();
-            let sends = outgoing.iter().map(|o| {
-                self.producer
-                    .send_bytes_to(&o.topic, o.partition, &o.key, &o.payload)
-            });
-            let sent = futures::future::try_join_all(sends)
+            let records: Vec<Outbound<'_>> = outgoing
+                .iter()
+                .map(|o| Outbound {
+                    topic: &o.topic,
+                    partition: o.partition,
+                    key: &o.key,
+                    payload: &o.payload,
+                })
+                .collect();
+            let sent = self
+                .producer
+                .send_all(&records)
                 .await
                 .map_err(RuntimeError::from)?;
             for (o, at) in outgoing.iter().zip(sent) {
@@ -259,16 +314,16 @@ impl Driver<'_> {
             .is_some_and(|next| record.offset < next))
     }
 
-    /// Decodes and applies `record`, then commits and publishes what the
-    /// step staged. Returns the action to carry out, if any; the consumed
-    /// offset is then left for the step that finishes it.
+    /// Decodes and applies `record` and stages what the step wrote.
+    /// Returns the action to carry out, if any; the consumed offset is
+    /// then left for the step that finishes it.
     async fn handle<P: Processor>(
         &mut self,
         processor: &mut P,
         record: &InboundRecord,
         consumed: bool,
     ) -> Result<Option<P::Action>, P::Error> {
-        let mut step = Step::new(record, self.store);
+        let mut step = Step::new(record, self.store, Some(&self.pending));
         let decoded = match self.consumer.oversized(record) {
             Some(error) => Err(error),
             None => processor.decode(record),
@@ -280,86 +335,108 @@ impl Driver<'_> {
                 Applied::Done
             }
         };
+        let staged = step.into_staged();
         match applied {
             Applied::Done => {
-                self.complete(record, step, consumed).await?;
+                self.stage(record, staged, consumed).await?;
                 Ok(None)
             }
             Applied::Act(action) => {
-                self.complete(record, step, false).await?;
+                self.stage(record, staged, false).await?;
                 Ok(Some(action))
             }
         }
     }
 
-    /// Commits `step` (with the consumed offset when `consumed`) and
-    /// publishes its outputs.
-    async fn complete(
+    /// Adds a step (with the consumed offset when `consumed`) to the
+    /// batch. Without a store its outputs are published at once.
+    async fn stage(
         &mut self,
         record: &InboundRecord,
-        mut step: Step<'_>,
+        staged: Staged,
         consumed: bool,
     ) -> Result<(), RuntimeError> {
-        let dead_letter = match step.dead_letter_reason() {
+        let dead_letter = match &staged.dead_letter {
             Some(reason) => Some(encode_dead_letter(
                 record,
-                &reason,
+                reason,
                 self.service,
                 self.dlq_payload_bytes,
                 &self.dead_letter_codec,
             )?),
             None => None,
         };
-        let Some(store) = self.store else {
-            if step.writes_state() {
+        if self.store.is_none() {
+            if !staged.commit.is_empty() {
                 return Err(RuntimeError::NoStore {
                     service: self.service,
                 });
             }
-            for output in &step.outputs {
-                let at = self
-                    .producer
-                    .send_bytes_to(
-                        &output.topic,
-                        output.partition,
-                        &output.key,
-                        &output.payload,
-                    )
-                    .await?;
+            let mut records: Vec<Outbound<'_>> = staged
+                .outputs
+                .iter()
+                .map(|o| Outbound {
+                    topic: &o.topic,
+                    partition: o.partition,
+                    key: &o.key,
+                    payload: &o.payload,
+                })
+                .collect();
+            if let Some((key, payload)) = &dead_letter {
+                records.push(Outbound {
+                    topic: &self.dlq_topic,
+                    partition: None,
+                    key,
+                    payload,
+                });
+            }
+            let landed = self.producer.send_all(&records).await?;
+            for (output, at) in staged.outputs.iter().zip(landed) {
                 self.published.push(Published {
                     topic: output.topic.clone(),
                     partition: at.partition,
                     offset: at.offset,
                 });
             }
-            if let Some((key, payload)) = dead_letter {
-                self.producer
-                    .send_bytes(&self.dlq_topic, &key, &payload)
-                    .await?;
-            }
             return Ok(());
-        };
-        let mut commit: Commit = step.commit;
-        if consumed {
-            commit.consumed(&record.topic, record.partition, record.offset + 1);
         }
-        for output in step.outputs {
-            commit.publish(output);
+        self.pending.append(staged.commit);
+        if consumed {
+            self.pending
+                .consumed(&record.topic, record.partition, record.offset + 1);
+        }
+        for output in staged.outputs {
+            self.pending.publish(output);
         }
         if let Some((key, payload)) = dead_letter {
-            commit.publish(unicron_store::OutboxEntry {
+            self.pending.publish(unicron_store::OutboxEntry {
                 topic: self.dlq_topic.clone(),
                 key,
                 payload,
                 partition: None,
             });
         }
-        if commit.is_empty() {
-            return Ok(());
+        Ok(())
+    }
+
+    /// `record` is handled: it is marked done once its batch is committed.
+    fn done(&mut self, record: InboundRecord) {
+        self.done.push(record);
+    }
+
+    /// Commits the batch in one write, publishes its outputs and marks its
+    /// records done.
+    async fn flush(&mut self) -> Result<(), RuntimeError> {
+        if let Some(store) = self.store
+            && !self.pending.is_empty()
+        {
+            store.commit(std::mem::take(&mut self.pending))?;
+            let published = drain(store, self.producer).await?;
+            self.published.extend(published);
         }
-        store.commit(commit)?;
-        let published = drain(store, self.producer).await?;
-        self.published.extend(published);
+        for record in self.done.drain(..) {
+            self.consumer.mark_done(&record)?;
+        }
         Ok(())
     }
 }

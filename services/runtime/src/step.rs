@@ -8,16 +8,24 @@ use unicron_store::{Commit, OutboxEntry, Store, StoreError};
 pub struct Step<'a> {
     record: &'a InboundRecord,
     store: Option<&'a Store>,
+    /// What earlier steps of the same batch staged and the store does not
+    /// hold yet: reads see it first.
+    earlier: Option<&'a Commit>,
     pub(crate) commit: Commit,
     pub(crate) outputs: Vec<OutboxEntry>,
     pub(crate) dead_letters: Vec<String>,
 }
 
 impl<'a> Step<'a> {
-    pub(crate) fn new(record: &'a InboundRecord, store: Option<&'a Store>) -> Step<'a> {
+    pub(crate) fn new(
+        record: &'a InboundRecord,
+        store: Option<&'a Store>,
+        earlier: Option<&'a Commit>,
+    ) -> Step<'a> {
         Step {
             record,
             store,
+            earlier,
             commit: Commit::new(),
             outputs: Vec::new(),
             dead_letters: Vec::new(),
@@ -73,16 +81,24 @@ impl<'a> Step<'a> {
         self.commit.remember(id, outcome);
     }
 
-    /// The committed state under `key`.
+    /// The state under `key` as the steps before this one left it
+    /// (committed, or staged earlier in the same batch); not what this
+    /// step stages.
     pub fn state(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(staged) = self.earlier.and_then(|c| c.staged_state(key)) {
+            return Ok(staged.map(<[u8]>::to_vec));
+        }
         match self.store {
             Some(store) => store.state(key),
             None => Ok(None),
         }
     }
 
-    /// The committed dedupe entry of `id`.
+    /// The dedupe entry of `id` the steps before this one left.
     pub fn remembered(&self, id: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(staged) = self.earlier.and_then(|c| c.staged_remembered(id)) {
+            return Ok(Some(staged.to_vec()));
+        }
         match self.store {
             Some(store) => store.remembered(id),
             None => Ok(None),
@@ -100,7 +116,20 @@ impl<'a> Step<'a> {
         })
     }
 
-    pub(crate) fn writes_state(&self) -> bool {
-        !self.commit.is_empty()
+    /// What the step staged, for the runtime to commit.
+    pub(crate) fn into_staged(mut self) -> Staged {
+        let dead_letter = self.dead_letter_reason();
+        Staged {
+            commit: self.commit,
+            outputs: self.outputs,
+            dead_letter,
+        }
     }
+}
+
+/// A finished step's writes, outputs and dead-letter reason.
+pub(crate) struct Staged {
+    pub(crate) commit: Commit,
+    pub(crate) outputs: Vec<OutboxEntry>,
+    pub(crate) dead_letter: Option<String>,
 }
