@@ -361,7 +361,7 @@ mod tests {
     use crate::faults::parse_trace;
     use unicron_core::{CommandAction, FailureKind};
 
-    fn offline(config: SimConfig, trace: Option<&str>) -> Offline {
+    pub(super) fn offline(config: SimConfig, trace: Option<&str>) -> Offline {
         let trace = trace.map(|t| parse_trace(t, "trace").unwrap());
         Offline::new(
             Sim::new(config, trace),
@@ -627,19 +627,10 @@ mod sparse_tests {
 /// Jobs whose replicas span nodes, end to end.
 #[cfg(test)]
 mod replica_tests {
+    use super::tests::offline;
     use super::*;
     use crate::config::SimConfig;
-    use crate::faults::parse_trace;
     use unicron_core::{CommandAction, FailureKind};
-
-    fn offline(config: SimConfig, trace: Option<&str>) -> Offline {
-        let trace = trace.map(|t| parse_trace(t, "trace").unwrap());
-        Offline::new(
-            Sim::new(config, trace),
-            DetectorConfig::default(),
-            PlannerConfig::default(),
-        )
-    }
 
     /// Four heterogeneous jobs on 32 nodes: job-3 runs two 64-GPU replicas
     /// on 16 nodes, its iterations take about two minutes.
