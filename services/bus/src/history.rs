@@ -49,6 +49,10 @@ impl PartitionReader {
                     ("group.id", "unicron-history".into()),
                     ("enable.auto.commit", "false".into()),
                     ("enable.partition.eof", "false".into()),
+                    // A range starting below the low watermark (retention
+                    // removed its head) reads from the oldest record left,
+                    // not from the end.
+                    ("auto.offset.reset", "earliest".into()),
                     // Never joins the group, but librdkafka still checks
                     // it against a site's max.poll.interval.ms: the
                     // services' consumers' value, not its 45 s default.
