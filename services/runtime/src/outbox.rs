@@ -1,6 +1,6 @@
 use unicron_bus::Producer;
 use unicron_bus::producer::Outbound;
-use unicron_store::Store;
+use unicron_store::{OutboxEntry, Store};
 
 use crate::error::RuntimeError;
 
@@ -21,23 +21,34 @@ pub async fn drain(store: &Store, producer: &Producer) -> Result<Vec<Published>,
     if pending.is_empty() {
         return Ok(Vec::new());
     }
-    let records: Vec<Outbound<'_>> = pending
-        .iter()
-        .map(|(_, entry)| Outbound {
-            topic: &entry.topic,
-            partition: entry.partition,
-            key: &entry.key,
-            payload: &entry.payload,
-        })
-        .collect();
-    let landed = producer.send_all(&records).await?;
+    let records: Vec<Outbound<'_>> = pending.iter().map(|(_, entry)| outbound(entry)).collect();
+    let landed = send(producer, &records).await?;
     let keys: Vec<_> = pending.iter().map(|(key, _)| *key).collect();
     store.outbox_delivered_all(&keys)?;
-    Ok(pending
-        .into_iter()
+    Ok(landed)
+}
+
+/// An outbox entry as the producer takes it.
+pub(crate) fn outbound(entry: &OutboxEntry) -> Outbound<'_> {
+    Outbound {
+        topic: &entry.topic,
+        partition: entry.partition,
+        key: &entry.key,
+        payload: &entry.payload,
+    }
+}
+
+/// Sends `records` as one batch, in order, and says where each landed.
+pub(crate) async fn send(
+    producer: &Producer,
+    records: &[Outbound<'_>],
+) -> Result<Vec<Published>, RuntimeError> {
+    let landed = producer.send_all(records).await?;
+    Ok(records
+        .iter()
         .zip(landed)
-        .map(|((_, entry), at)| Published {
-            topic: entry.topic,
+        .map(|(record, at)| Published {
+            topic: record.topic.to_string(),
             partition: at.partition,
             offset: at.offset,
         })

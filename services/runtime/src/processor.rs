@@ -49,6 +49,18 @@ pub struct Outgoing {
     pub payload: Vec<u8>,
 }
 
+impl Outgoing {
+    /// The record as the producer takes it.
+    pub fn outbound(&self) -> unicron_bus::producer::Outbound<'_> {
+        unicron_bus::producer::Outbound {
+            topic: &self.topic,
+            partition: self.partition,
+            key: &self.key,
+            payload: &self.payload,
+        }
+    }
+}
+
 /// The consumer's connection, as a processor may need to know it.
 #[derive(Debug, Clone, Copy)]
 pub struct BusStatus {

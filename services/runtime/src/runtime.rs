@@ -18,8 +18,8 @@ use unicron_store::{Commit, Store, StoreOptions};
 
 use crate::error::RuntimeError;
 use crate::membership::Membership;
-use crate::outbox::{Published, drain};
-use crate::processor::{Applied, BusStatus, Processor, Reading};
+use crate::outbox::{Published, drain, outbound, send};
+use crate::processor::{Applied, BusStatus, Outgoing, Processor, Reading};
 use crate::step::{Staged, Step};
 
 /// How a service's effects survive a crash.
@@ -278,27 +278,9 @@ impl Driver<'_> {
             first = false;
             let outgoing = processor.published(&self.published, self.store)?;
             self.published.clear();
-            let records: Vec<Outbound<'_>> = outgoing
-                .iter()
-                .map(|o| Outbound {
-                    topic: &o.topic,
-                    partition: o.partition,
-                    key: &o.key,
-                    payload: &o.payload,
-                })
-                .collect();
-            let sent = self
-                .producer
-                .send_all(&records)
-                .await
-                .map_err(RuntimeError::from)?;
-            for (o, at) in outgoing.iter().zip(sent) {
-                self.published.push(Published {
-                    topic: o.topic.clone(),
-                    partition: at.partition,
-                    offset: at.offset,
-                });
-            }
+            let records: Vec<Outbound<'_>> = outgoing.iter().map(Outgoing::outbound).collect();
+            let sent = send(self.producer, &records).await?;
+            self.published.extend(sent);
         }
         Ok(())
     }
@@ -372,16 +354,7 @@ impl Driver<'_> {
                     service: self.service,
                 });
             }
-            let mut records: Vec<Outbound<'_>> = staged
-                .outputs
-                .iter()
-                .map(|o| Outbound {
-                    topic: &o.topic,
-                    partition: o.partition,
-                    key: &o.key,
-                    payload: &o.payload,
-                })
-                .collect();
+            let mut records: Vec<Outbound<'_>> = staged.outputs.iter().map(outbound).collect();
             if let Some((key, payload)) = &dead_letter {
                 records.push(Outbound {
                     topic: &self.dlq_topic,
@@ -390,14 +363,10 @@ impl Driver<'_> {
                     payload,
                 });
             }
-            let landed = self.producer.send_all(&records).await?;
-            for (output, at) in staged.outputs.iter().zip(landed) {
-                self.published.push(Published {
-                    topic: output.topic.clone(),
-                    partition: at.partition,
-                    offset: at.offset,
-                });
-            }
+            let mut landed = send(self.producer, &records).await?;
+            // Processors hear where their own outputs went, not dead letters.
+            landed.truncate(staged.outputs.len());
+            self.published.extend(landed);
             return Ok(());
         }
         self.pending.append(staged.commit);
