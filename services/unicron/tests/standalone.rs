@@ -178,7 +178,13 @@ fn tls_and_sasl_settings_pass_through_to_the_broker() {
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
     assert_eq!(s["failures_detected"], 1, "{s:#}");
-    assert_eq!(s["faults"][0]["resolved_by"], "reattempt", "{s:#}");
+    assert_eq!(s["failures_resolved"], 1, "{s:#}");
+    // Which action: a reattempt when the NCCL evidence arrives in time, a
+    // restart when a loaded machine (at 20x speed) delays it past the hang
+    // deadline. Classification is the detector's tests' concern; here the
+    // commands only have to go through the authenticated broker.
+    let action = s["faults"][0]["resolved_by"].as_str().unwrap_or_default();
+    assert!(["reattempt", "restart"].contains(&action), "{s:#}");
 
     // tansu closes the connection on a failed SCRAM exchange (Apache Kafka
     // answers with an authentication error instead), and a certificate
