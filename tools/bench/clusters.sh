@@ -2,25 +2,28 @@
 # Many clusters on one planner service, failures at a multiple of the
 # paper setting's rate:
 #
-#   tools/bench/clusters.sh [--pipeline | --planners N [--kill-after-minutes K] [--replay]]
-#                           [--tansu | --broker-process | --brokers HOST:PORT]
+#   tools/bench/clusters.sh [--pipeline [--kill-broker-after-minutes K] | --planners N
+#                            [--kill-after-minutes K] [--replay]]
+#                           [--kafka | --broker-process | --brokers HOST:PORT]
 #                           [--clusters N] [--gpus-per-cluster G] [--minutes M]
 #                           [--rate X] [--speed S] [--sample-s S]
 #                           [--warmup-minutes W] [--repair-s R] [--json FILE]
 #
-# --planners N: N `unicron planner` processes in one group (a standalone
-# broker only), one SIGKILLed and restarted K minutes into the failures;
-# --replay also runs `unicron replay` on the whole log at the end.
-# Default: the planner alone, failures fed straight to it. --pipeline: every
-# node heartbeats each second and failures arrive as the simulator's
-# evidence, through the detector and the planner. The broker is the
-# embedded one unless --brokers names a Kafka-protocol broker, or --tansu
-# starts tansu (the standalone broker of the test suite: $TANSU, else
-# /var/cache/unicron-tools/bin/tansu) on a free loopback port with SQLite
-# storage in a temporary directory, as tools/chaos and the standalone tests
-# do (TANSU_STORAGE=memory://tansu/ for its in-memory storage), and stops
-# it at the end. --broker-process runs the embedded broker in a process of
-# its own, so the measured process's memory is the services' alone.
+# --planners N: N `unicron planner` processes in one group (a broker of
+# their own: --kafka or --brokers), one SIGKILLed and restarted K minutes
+# into the failures; --replay also runs `unicron replay` on the whole log at
+# the end. Default: the planner alone, failures fed straight to it.
+# --pipeline: every node heartbeats each second and failures arrive as the
+# simulator's evidence, through the detector and the planner. The broker is
+# the embedded one unless --kafka starts a three-broker Apache Kafka
+# cluster (KRaft, the jars `./dev setup test` fetches; replication 3,
+# min.insync.replicas 2) on loopback for the run, or --brokers names a
+# Kafka-protocol broker. --kill-broker-after-minutes K (with --pipeline and
+# --kafka) SIGKILLs the broker leading the failures topic's first
+# partition K minutes into the failures and restarts it 20 s later; the
+# result then splits failure -> command by before, during and after.
+# --broker-process runs the embedded broker in a process of its own, so
+# the measured process's memory is the services' alone.
 #
 # Defaults: 100 clusters x 1,024 GPUs, 16 jobs each, 10x the paper rate,
 # x10 speed, 2 minutes. Prints one JSON object
@@ -31,11 +34,9 @@ cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/unicron-release}"
 
 args=()
-tansu=""
 broker_process=""
 for arg in "$@"; do
   case "$arg" in
-    --tansu) tansu="${TANSU:-/var/cache/unicron-tools/bin/tansu}" ;;
     --broker-process) broker_process=1 ;;
     --planners) args+=("$arg" ); planners=1 ;;
     *) args+=("$arg") ;;
@@ -64,26 +65,4 @@ if [ -n "$broker_process" ]; then
   exit
 fi
 
-if [ -z "$tansu" ]; then
-  exec cargo bench -q -p unicron-planner --bench clusters -- "${args[@]}"
-fi
-
-[ -x "$tansu" ] || { echo "clusters.sh: no tansu at $tansu (set TANSU)" >&2; exit 2; }
-# Built before tansu starts, so a long build does not hold the broker idle.
-cargo bench -q -p unicron-planner --bench clusters --no-run
-work="$(mktemp -d)"
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-url="tcp://127.0.0.1:$port"
-# tansu opens its SQLite path relative to its working directory.
-(cd "$work" && exec "$tansu" broker --listener-url "$url" --advertised-listener-url "$url" \
-  --storage-engine "${TANSU_STORAGE:-sqlite://tansu.db}") >"$work/tansu.log" 2>&1 &
-tansu_pid=$!
-trap 'kill "$tansu_pid" 2>/dev/null; wait "$tansu_pid" 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 1 300); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-  kill -0 "$tansu_pid" 2>/dev/null || { cat "$work/tansu.log" >&2; exit 2; }
-  sleep 0.1
-done
-echo "tansu $("$tansu" --version 2>/dev/null | head -1) on 127.0.0.1:$port (pid $tansu_pid)" >&2
-cargo bench -q -p unicron-planner --bench clusters -- \
-  --brokers "127.0.0.1:$port" --broker-pid "$tansu_pid" --broker-label tansu "${args[@]}"
+exec cargo bench -q -p unicron-planner --bench clusters -- "${args[@]}"

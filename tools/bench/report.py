@@ -323,7 +323,7 @@ def pipeline(work):
     print("Records produced and consumed at each stage (the run fails on any shortfall):")
     print()
     print("| clusters | min | heartbeats + evidence → detector | failures → planner | commands → bench "
-          "| results → planner | decisions | planner decision mean | heartbeat ack p99 | tansu RSS |")
+          "| results → planner | decisions | planner decision mean | heartbeat ack p99 | broker RSS |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         st = r["stages"]
@@ -337,11 +337,11 @@ def pipeline(work):
     print()
 
 
-SUSTAINED_TITLE = "## Sustained load through a standalone broker"
+SUSTAINED_TITLE = "## Sustained load through Apache Kafka"
 SUSTAINED_WHAT = (
     "`tools/bench/sustained.py`: the simulator at 10x the telemetry rate of a "
-    "1,024-GPU cluster (128 nodes x 8 GPUs, speed 10) for 10 minutes through tansu "
-    "0.6.0 (memory storage), with detector, planner and executor as separate "
+    "1,024-GPU cluster (128 nodes x 8 GPUs, speed 10) for 10 minutes through a three-broker Apache Kafka cluster "
+    "(4.1.1, KRaft, replication 3), with detector, planner and executor as separate "
     "processes; sampled every 30 s from their /metrics and /proc."
 )
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Sustained load through a standalone broker (docs/BENCHMARKS.md).
+"""Sustained load through Apache Kafka (docs/BENCHMARKS.md).
 
 The simulator at 10x the telemetry rate of a 1,024-GPU cluster (128 nodes x
-8 GPUs, speed 10) for 10 minutes, through tansu, with the detector, planner
+8 GPUs, speed 10) for 10 minutes, through a three-broker Apache Kafka
+cluster (`unicron-kafka`, the tests' cluster), with the detector, planner
 and executor as separate `unicron` processes. Every 30 s it samples records
 consumed, the detector's consumer lag and the detector's and planner's
 resident memory; at the end it reports records/s, lag, memory at start and
 end, and the dead letters (valid records in the DLQ must be zero).
 
-usage: tools/bench/sustained.py [--minutes 10] [--unicron PATH] [--tansu PATH]
+usage: tools/bench/sustained.py [--minutes 10] [--unicron PATH] [--kafka PATH]
 Prints a Markdown table; a benchmark, not a test.
 """
 
@@ -65,33 +66,27 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--unicron", default=None)
-    parser.add_argument("--tansu", default=os.environ.get("TANSU", "/var/cache/unicron-tools/bin/tansu"))
+    parser.add_argument("--kafka", default=None, help="the unicron-kafka binary (default: beside unicron)")
     args = parser.parse_args()
     target = os.environ.get("CARGO_TARGET_DIR", "target")
     unicron = args.unicron or os.path.join(target, "release", "unicron")
-    for path, what in [(unicron, "--unicron"), (args.tansu, "--tansu")]:
+    kafka = args.kafka or os.path.join(os.path.dirname(unicron), "unicron-kafka")
+    for path, what in [(unicron, "--unicron"), (kafka, "--kafka")]:
         if not os.path.isfile(path):
             sys.exit(f"{what}: {path} not found")
 
     work = tempfile.mkdtemp(prefix="unicron-load-")
     logs = open(os.path.join(work, "services.log"), "w")
-    broker_port, sim_port = free_port(), free_port()
+    sim_port = free_port()
     ports = {"detector": free_port(), "planner": free_port(), "executor": free_port(), "sim": free_port()}
-    brokers = f"127.0.0.1:{broker_port}"
     procs = {}
-    procs["tansu"] = subprocess.Popen(
-        [args.tansu, "broker", "--listener-url", f"tcp://{brokers}",
-         "--advertised-listener-url", f"tcp://{brokers}", "--storage-engine", "sqlite://tansu.db"],
-        stdout=logs, stderr=logs, cwd=work)
-    deadline = time.time() + 60
-    while True:  # tansu listening, however long it takes to start
-        try:
-            socket.create_connection(("127.0.0.1", broker_port), timeout=1).close()
-            break
-        except OSError:
-            if time.time() > deadline or procs["tansu"].poll() is not None:
-                sys.exit(f"tansu did not listen on {brokers}; see {work}/services.log")
-            time.sleep(0.2)
+    # Runs until its stdin closes: the brokers never outlive this script.
+    procs["kafka"] = subprocess.Popen([kafka, "--dir", os.path.join(work, "kafka")],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs, text=True)
+    line = procs["kafka"].stdout.readline()
+    if not line.startswith("brokers: "):
+        sys.exit(f"unicron-kafka did not start; see {work}/services.log")
+    brokers = line.split()[1]
     key = os.path.join(work, "planner.key")
     out = subprocess.run([unicron, "keys", "generate", "--out", key], capture_output=True, text=True, check=True)
     public = out.stdout.strip().removeprefix("public key: ")
@@ -153,7 +148,8 @@ listen = "127.0.0.1:{sim_port}"
                   f"detector={s['detector_mib']:.1f}MiB planner={s['planner_mib']:.1f}MiB dlq={s['dlq']:.0f}",
                   file=sys.stderr, flush=True)
     finally:
-        for name in ["sim", "executor", "planner", "detector", "tansu"]:
+        procs["kafka"].stdin.close()
+        for name in ["sim", "executor", "planner", "detector", "kafka"]:
             if procs[name].poll() is None:
                 procs[name].terminate()
                 try:

@@ -36,13 +36,51 @@ impl fmt::Display for TopicStatus {
     }
 }
 
-/// One line of `unicron topics create`'s report. `partitions` is what the
-/// topic has: for an existing topic that may differ from the topology.
+/// One line of `unicron topics create`'s report. `partitions` and
+/// `replicas` are what the topic has: for an existing topic they may differ
+/// from the topology and the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicReport {
     pub name: String,
     pub partitions: i32,
+    pub replicas: i32,
     pub status: TopicStatus,
+}
+
+/// What the cluster's metadata says.
+struct ClusterView {
+    brokers: usize,
+    /// Topic name → (partitions, replicas of its first partition).
+    topics: BTreeMap<String, (i32, i32)>,
+}
+
+/// Checks `replication_factor` and `min_insync_replicas` against each
+/// other and against the cluster's size, naming the field at fault.
+fn check_replication(config: &KafkaConfig, brokers: usize) -> Result<(), BusError> {
+    let rf = config.replication_factor;
+    let min_isr = config.min_insync_replicas();
+    if rf < 1 {
+        return Err(BusError::Setting {
+            field: "kafka.replication_factor",
+            reason: format!("{rf} is not a replica count (1 or more)"),
+        });
+    }
+    if min_isr < 1 || min_isr > rf {
+        return Err(BusError::Setting {
+            field: "kafka.min_insync_replicas",
+            reason: format!("{min_isr} must be between 1 and kafka.replication_factor ({rf})"),
+        });
+    }
+    if brokers < rf as usize {
+        return Err(BusError::Setting {
+            field: "kafka.replication_factor",
+            reason: format!(
+                "{rf} replicas need {rf} brokers and the cluster has {brokers}; \
+                 lower kafka.replication_factor for a cluster this small"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The `retention.ms` a new topic gets: `[kafka.retention_ms]`'s, else the
@@ -65,16 +103,18 @@ pub async fn ensure_topics(
     topology: &Topology,
 ) -> Result<Vec<TopicReport>, BusError> {
     let client_config = config.client_config(brokers);
-    let existing = existing_topics(client_config.clone()).await?;
+    let cluster = cluster_view(client_config.clone()).await?;
+    let existing = &cluster.topics;
 
     let mut reports = Vec::with_capacity(topology.topics.len());
     let mut missing = Vec::new();
     for spec in &topology.topics {
         let name = config.topic(&spec.name);
         match existing.get(&name) {
-            Some(&partitions) => reports.push(TopicReport {
+            Some(&(partitions, replicas)) => reports.push(TopicReport {
                 name,
                 partitions,
+                replicas,
                 status: TopicStatus::Exists,
             }),
             None => missing.push((name, spec)),
@@ -83,6 +123,8 @@ pub async fn ensure_topics(
     if missing.is_empty() {
         return Ok(reports);
     }
+    check_replication(config, cluster.brokers)?;
+    let min_isr = config.min_insync_replicas().to_string();
 
     let retention: Vec<String> = missing
         .iter()
@@ -92,10 +134,14 @@ pub async fn ensure_topics(
         .iter()
         .zip(&retention)
         .map(|((name, spec), retention)| {
-            // -1: the broker's default replication factor (KIP-464).
-            NewTopic::new(name, spec.partitions, TopicReplication::Fixed(-1))
-                .set("cleanup.policy", &spec.cleanup_policy)
-                .set("retention.ms", retention)
+            NewTopic::new(
+                name,
+                spec.partitions,
+                TopicReplication::Fixed(config.replication_factor),
+            )
+            .set("cleanup.policy", &spec.cleanup_policy)
+            .set("retention.ms", retention)
+            .set("min.insync.replicas", &min_isr)
         })
         .collect();
     let admin: AdminClient<DefaultClientContext> = client_config.create()?;
@@ -115,6 +161,7 @@ pub async fn ensure_topics(
         reports.push(TopicReport {
             name: name.clone(),
             partitions: spec.partitions,
+            replicas: config.replication_factor,
             status,
         });
     }
@@ -128,17 +175,27 @@ pub async fn ensure_topics(
     Ok(reports)
 }
 
-/// Topic name → partition count, from the cluster's metadata. The metadata
-/// call blocks, so it runs off the async workers.
-async fn existing_topics(config: ClientConfig) -> Result<BTreeMap<String, i32>, BusError> {
+/// The brokers and topics in the cluster's metadata. The metadata call
+/// blocks, so it runs off the async workers.
+async fn cluster_view(config: ClientConfig) -> Result<ClusterView, BusError> {
     tokio::task::spawn_blocking(move || {
         let client: BaseConsumer = config.create()?;
         let metadata = client.fetch_metadata(None, METADATA_TIMEOUT)?;
-        Ok(metadata
+        let topics = metadata
             .topics()
             .iter()
-            .map(|t| (t.name().to_string(), t.partitions().len() as i32))
-            .collect())
+            .map(|t| {
+                let replicas = t.partitions().first().map_or(0, |p| p.replicas().len());
+                (
+                    t.name().to_string(),
+                    (t.partitions().len() as i32, replicas as i32),
+                )
+            })
+            .collect();
+        Ok(ClusterView {
+            brokers: metadata.brokers().len(),
+            topics,
+        })
     })
     .await
     .map_err(|e| BusError::Internal(format!("metadata task failed: {e}")))?
@@ -160,5 +217,26 @@ mod tests {
             .insert("cluster".into(), 3_153_600_000_000);
         assert_eq!(retention_ms(&config, cluster), 3_153_600_000_000);
         assert_eq!(retention_ms(&config, decisions), decisions.retention_ms);
+    }
+
+    #[test]
+    fn replication_is_checked_against_the_cluster_and_itself() {
+        let mut config = KafkaConfig::default();
+        assert_eq!(config.min_insync_replicas(), 2);
+        assert!(check_replication(&config, 3).is_ok());
+        let small = check_replication(&config, 1).unwrap_err().to_string();
+        assert!(
+            small.starts_with("kafka.replication_factor: 3 replicas need 3 brokers"),
+            "{small}"
+        );
+        config.replication_factor = 1;
+        assert_eq!(config.min_insync_replicas(), 1);
+        assert!(check_replication(&config, 1).is_ok());
+        config.min_insync_replicas = Some(2);
+        let isr = check_replication(&config, 1).unwrap_err().to_string();
+        assert!(isr.starts_with("kafka.min_insync_replicas: 2 must be"), "{isr}");
+        config.replication_factor = 0;
+        let zero = check_replication(&config, 1).unwrap_err().to_string();
+        assert!(zero.starts_with("kafka.replication_factor: 0"), "{zero}");
     }
 }

@@ -29,6 +29,14 @@ pub struct KafkaConfig {
     /// `unicron topics create` creates, over `topology/topics.toml`'s.
     /// Also the way round brokers that do not honour `-1` (forever).
     pub retention_ms: BTreeMap<String, i64>,
+    /// Replicas of every topic `unicron topics create` creates. 3 keeps
+    /// every acknowledged record through the loss of one broker (with
+    /// `min_insync_replicas` 2 and the producers' `acks=all`); a smaller
+    /// cluster must lower it, or creating topics fails saying so.
+    pub replication_factor: i32,
+    /// `min.insync.replicas` of the topics it creates; unset: one less
+    /// than `replication_factor` (at least 1).
+    pub min_insync_replicas: Option<i32>,
     /// librdkafka properties, passed through.
     #[serde(flatten)]
     pub properties: BTreeMap<String, PropertyValue>,
@@ -55,6 +63,8 @@ impl Default for KafkaConfig {
             max_record_bytes: 1024 * 1024,
             dlq_payload_bytes: 64 * 1024,
             retention_ms: BTreeMap::new(),
+            replication_factor: 3,
+            min_insync_replicas: None,
             properties: BTreeMap::new(),
         }
     }
@@ -64,6 +74,12 @@ impl KafkaConfig {
     /// Full name of a topic of the topology (`telemetry` → `unicron.telemetry`).
     pub fn topic(&self, name: &str) -> String {
         format!("{}{}", self.topic_prefix, name)
+    }
+
+    /// The `min.insync.replicas` of new topics.
+    pub fn min_insync_replicas(&self) -> i32 {
+        self.min_insync_replicas
+            .unwrap_or((self.replication_factor - 1).max(1))
     }
 
     /// librdkafka properties as flat `key = value` strings, sorted by key.

@@ -135,6 +135,7 @@ impl EmbeddedBroker {
                 Ok(TopicReport {
                     name,
                     partitions: spec.partitions,
+                    replicas: 1,
                     status,
                 })
             })

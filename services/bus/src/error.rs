@@ -10,6 +10,9 @@ pub enum BusError {
     Topic { topic: String, reason: String },
     #[error("embedded broker: {0}")]
     Embedded(String),
+    /// A setting that cannot work with the cluster; names the field.
+    #[error("{field}: {reason}")]
+    Setting { field: &'static str, reason: String },
     #[error("encode {record}: {reason}")]
     Encode {
         record: &'static str,

@@ -16,6 +16,31 @@ use crate::error::BusError;
 
 /// Longest wait for metadata, watermarks and each poll.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait through errors a broker restart or a leader election
+/// causes (Kafka fences a dead broker after its 9 s session, then elects).
+const OUTAGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Errors of a fetch that a broker restart or a new leader ends.
+fn transient(error: &rdkafka::error::KafkaError) -> bool {
+    use RDKafkaErrorCode as Code;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            Code::BrokerTransportFailure
+                | Code::AllBrokersDown
+                | Code::Resolve
+                | Code::RequestTimedOut
+                | Code::OperationTimedOut
+                | Code::NetworkException
+                | Code::NotLeaderForPartition
+                | Code::LeaderNotAvailable
+                | Code::NotCoordinator
+                | Code::CoordinatorLoadInProgress
+                | Code::FencedLeaderEpoch
+                | Code::UnknownLeaderEpoch
+        )
+    )
+}
 
 /// Every record of `topic` that exists now, in (partition, offset) order.
 /// A topic that does not exist has no history.
@@ -106,15 +131,33 @@ impl PartitionReader {
         list.add_partition_offset(topic, partition, Offset::Offset(from))?;
         self.consumer.assign(&list)?;
         let mut idle_since = Instant::now();
+        // A broker that is down or a partition between leaders shows as
+        // errors here while the client reconnects: waited out, longer.
+        let mut outage: Option<rdkafka::error::KafkaError> = None;
         loop {
-            let Some(message) = self.consumer.poll(Duration::from_millis(200)) else {
-                if idle_since.elapsed() > TIMEOUT {
-                    break; // records below `to` that never come (compaction)
+            let message = match self.consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(message)) => message,
+                Some(Err(e)) if transient(&e) => {
+                    tracing::debug!(%topic, partition, error = %e, "history read waits");
+                    outage = Some(e);
+                    continue;
                 }
-                continue;
+                Some(Err(e)) => return Err(e.into()),
+                None => {
+                    match &outage {
+                        Some(e) if idle_since.elapsed() > OUTAGE_TIMEOUT => {
+                            return Err(e.clone().into());
+                        }
+                        Some(_) => {}
+                        // Records below `to` that never come (compaction).
+                        None if idle_since.elapsed() > TIMEOUT => break,
+                        None => {}
+                    }
+                    continue;
+                }
             };
             idle_since = Instant::now();
-            let message = message?;
+            outage = None;
             if message.offset() >= to {
                 break;
             }

@@ -98,6 +98,7 @@ impl Harness {
     /// Produces JSON lines with kcat, one record per line.
     fn kcat(&self, topic: &str, lines: &[String]) {
         let mut child = Command::new("kcat")
+            .env_remove("LD_LIBRARY_PATH") // Debian's librdkafka, not the build's
             .args(["-P", "-b", &self.brokers(), "-t", topic])
             .stdin(Stdio::piped())
             .spawn()

@@ -23,8 +23,8 @@ pub async fn create(config: &Config, brokers: Option<String>) -> anyhow::Result<
         .with_context(|| format!("creating topics on {brokers}"))?;
     for report in reports {
         println!(
-            "{:<8} {} ({} partitions)",
-            report.status, report.name, report.partitions
+            "{:<8} {} ({} partitions, {} replicas)",
+            report.status, report.name, report.partitions, report.replicas
         );
     }
     Ok(())

@@ -1,98 +1,90 @@
-//! The standalone Kafka-protocol broker: tansu (docs/operations.md), on
-//! loopback with SQLite storage, so a restart keeps topics, records and
-//! group offsets.
+//! The broker side of the run: a three-broker Apache Kafka cluster
+//! (`unicron_bus::testing::kafka`), and the faults it suffers while the
+//! services work, on a thread of their own so planner kills go on meanwhile.
 
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::procs::Service;
+use unicron_bus::testing::kafka::{KafkaCluster, KafkaOptions};
 
-pub struct Broker {
-    pub addr: SocketAddr,
-    service: Service,
+/// How long the killed leader stays down: past Kafka's broker session
+/// (9 s), so the controller fences it and elects new leaders.
+const LEADER_DOWN: Duration = Duration::from_secs(15);
+
+/// Starts the cluster in `dir/kafka`.
+pub fn start(libs: &Path, dir: &Path) -> anyhow::Result<KafkaCluster> {
+    Ok(KafkaCluster::start(
+        libs,
+        Some(&dir.join("kafka")),
+        &KafkaOptions::default(),
+    )?)
 }
 
-/// Where tansu is: `--tansu`, `$TANSU`, where `./dev test` installs it
-/// (`$UNICRON_CACHE`, `~/.cache/unicron`, CI's cache), or `PATH`.
-pub fn find(given: Option<&Path>) -> Option<PathBuf> {
-    if let Some(path) = given {
-        return Some(path.to_path_buf());
-    }
-    if let Some(path) = std::env::var_os("TANSU") {
-        return Some(PathBuf::from(path));
-    }
-    let caches = [
-        std::env::var_os("UNICRON_CACHE").map(PathBuf::from),
-        std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/unicron")),
-        Some(PathBuf::from("/var/cache/unicron-tools")),
-    ];
-    if let Some(found) = caches
-        .into_iter()
-        .flatten()
-        .map(|cache| cache.join("bin/tansu"))
-        .find(|p| p.is_file())
-    {
-        return Some(found);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("tansu"))
-            .find(|p| p.is_file())
-    })
+/// When the faults happen, in seconds from the start of the run.
+pub struct Schedule {
+    /// SIGKILL of the broker that leads partition 0 of `topic`, restarted
+    /// [`LEADER_DOWN`] later.
+    pub kill_leader_at: f64,
+    pub topic: String,
+    /// A rolling restart of every broker (controlled shutdown, start,
+    /// wait for all partitions in sync), one after another.
+    pub rolling_restart_at: f64,
 }
 
-impl Broker {
-    pub fn start(tansu: &Path, port: u16, dir: &Path, logs: &Path) -> anyhow::Result<Broker> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let url = format!("tcp://{addr}");
-        // tansu opens a SQLite path relative to its working directory.
-        let storage = "sqlite://tansu.db".to_string();
-        let mut service = Service::new(
-            "tansu",
-            tansu,
-            &[
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-                "--storage-engine",
-                &storage,
-            ],
-            logs,
-        )
-        .in_dir(dir);
-        service.start()?;
-        let broker = Broker { addr, service };
-        broker.wait_ready()?;
-        Ok(broker)
-    }
+/// What the fault thread did, for the report.
+pub struct Faults {
+    pub cluster: KafkaCluster,
+    pub killed_leader: Option<u32>,
+    pub rolled: usize,
+}
 
-    fn wait_ready(&self) -> anyhow::Result<()> {
-        let started = Instant::now();
-        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_err() {
-            if started.elapsed() > Duration::from_secs(30) {
-                anyhow::bail!("tansu did not listen on {} within 30 s", self.addr);
+/// Runs `schedule` against `cluster` on a thread; its lines go to
+/// `report`. Joining gives the cluster back.
+pub fn inject(
+    mut cluster: KafkaCluster,
+    schedule: Schedule,
+    started: Instant,
+    report: mpsc::Sender<String>,
+) -> JoinHandle<anyhow::Result<Faults>> {
+    std::thread::spawn(move || {
+        let wait_until = |at: f64| {
+            let at = Duration::from_secs_f64(at);
+            if let Some(left) = at.checked_sub(started.elapsed()) {
+                std::thread::sleep(left);
             }
-            std::thread::sleep(Duration::from_millis(100));
+        };
+        wait_until(schedule.kill_leader_at);
+        let leader = cluster.leader(&schedule.topic, 0);
+        if let Some(id) = leader {
+            let _ = report.send(format!(
+                "chaos: kill -9 broker {id} ({}), leader of {}[0]",
+                cluster.address(id),
+                schedule.topic
+            ));
+            cluster.kill(id);
+            std::thread::sleep(LEADER_DOWN);
+            cluster.start_node(id)?;
+            let _ = report.send(format!("chaos: broker {id} restarted"));
+        } else {
+            let _ = report.send(format!("chaos: {}[0] had no leader to kill", schedule.topic));
         }
-        Ok(())
-    }
-
-    /// Kills the broker (SIGKILL: a crash, not a shutdown) and starts it
-    /// again on the same storage. tansu 0.6.0's SIGTERM shutdown stops its
-    /// storage actor while group updates are in flight (a panic at
-    /// tansu-storage service.rs:337) and can persist a consumer group whose
-    /// leader is no longer a member, which then never forms again
-    /// (docs/chaos.md); a crash leaves only committed SQLite state.
-    pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.service.kill9();
-        self.service.start()?;
-        self.wait_ready()
-    }
-
-    pub fn stop(&mut self) {
-        self.service.stop();
-    }
+        wait_until(schedule.rolling_restart_at);
+        let _ = report.send("chaos: rolling restart of every broker".to_string());
+        let mut rolled = 0;
+        for id in cluster.node_ids() {
+            cluster.wait_in_sync(Duration::from_secs(180))?;
+            cluster.stop(id);
+            cluster.start_node(id)?;
+            rolled += 1;
+            let _ = report.send(format!("chaos: broker {id} restarted (rolling)"));
+        }
+        cluster.wait_in_sync(Duration::from_secs(180))?;
+        Ok(Faults {
+            cluster,
+            killed_leader: leader,
+            rolled,
+        })
+    })
 }

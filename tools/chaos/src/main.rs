@@ -1,13 +1,14 @@
-//! `unicron-chaos`: the services as separate processes on a standalone
-//! broker, killed while they work, judged by the simulator's ground truth
-//! and by replay (`tools/chaos/run.sh`, docs/chaos.md).
+//! `unicron-chaos`: the services as separate processes on a three-broker
+//! Apache Kafka cluster, killed while they work, judged by the simulator's
+//! ground truth and by replay (`tools/chaos/run.sh`, docs/chaos.md).
 //!
 //! Detector, two planners in one consumer group, the executor and the
-//! simulator run as `unicron` processes against tansu. Meanwhile the driver
+//! simulator run as `unicron` processes against Kafka. Meanwhile the driver
 //! SIGKILLs a planner at random points and restarts it, kills the executor
 //! between acting and publishing its result (through a relay in front of
-//! the simulator), restarts the broker once, and stops one planner for a
-//! while so partitions move. The last line is
+//! the simulator), SIGKILLs the broker that leads the planner's first
+//! input partition, restarts every broker in turn, and stops one planner
+//! for a while so partitions move. The last line is
 //! `chaos: kills=K failures=F actions=A duplicates_suppressed=S duplicate_actions=D lost=L divergence=V`
 //! and the exit code is 0 only when D, L and V are 0.
 
@@ -55,14 +56,15 @@ struct Args {
     /// The unicron binary (default: next to this one).
     #[arg(long, value_name = "PATH")]
     unicron: Option<PathBuf>,
-    /// The tansu binary (default: $TANSU, /var/cache/unicron-tools/bin/tansu, PATH).
-    #[arg(long, value_name = "PATH")]
-    tansu: Option<PathBuf>,
-    /// Do not restart the broker mid-run (see docs/chaos.md on tansu 0.6.0).
+    /// Apache Kafka's jars (default: $UNICRON_KAFKA_LIBS, else where
+    /// `./dev setup test` puts them).
+    #[arg(long, value_name = "DIR")]
+    kafka_libs: Option<PathBuf>,
+    /// No broker faults (leader kill, rolling restart): services only.
     #[arg(long)]
-    no_broker_restart: bool,
-    /// Give every consumer a static group.instance.id (wedges tansu 0.6.0's
-    /// group coordinator; docs/chaos.md).
+    no_broker_faults: bool,
+    /// Give every consumer a static group.instance.id, as StatefulSet pods
+    /// do (docs/operations.md).
     #[arg(long)]
     static_members: bool,
     /// Keep configuration, logs and the broker's storage here.
@@ -153,8 +155,11 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         "--unicron: {} not found",
         unicron.display()
     );
-    let tansu = broker::find(args.tansu.as_deref())
-        .context("--tansu: no tansu binary (cargo install tansu --version 0.6.0 --locked --features dynostore,libsql)")?;
+    let kafka_libs = args
+        .kafka_libs
+        .clone()
+        .or_else(unicron_bus::testing::kafka::kafka_libs)
+        .context("--kafka-libs: no Apache Kafka jars (./dev setup test fetches them)")?;
     let scratch;
     let work = match &args.work_dir {
         Some(dir) => dir.clone(),
@@ -169,9 +174,19 @@ fn run(args: &Args) -> anyhow::Result<bool> {
     std::fs::create_dir_all(&logs)?;
     println!("chaos: work directory {}", work.display());
 
-    let mut broker = broker::Broker::start(&tansu, free_port()?, &work, &logs)?;
-    let brokers = broker.addr.to_string();
-    println!("chaos: tansu on {brokers}");
+    let cluster = broker::start(&kafka_libs, &work)?;
+    let brokers = cluster.bootstrap_servers();
+    println!(
+        "chaos: Apache Kafka {}, brokers {} on {brokers} (logs in {})",
+        unicron_bus::testing::kafka::KAFKA_VERSION,
+        cluster
+            .node_ids()
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        cluster.dir().display()
+    );
 
     let key = work.join("planner.key");
     let generated = Command::new(&unicron)
@@ -197,25 +212,11 @@ fn run(args: &Args) -> anyhow::Result<bool> {
         format!(
             r#"[kafka]
 brokers = "{brokers}"
-# tansu 0.6.0 panics on an idempotent producer's first write after a
-# restart (tansu-storage lite.rs:503), so idempotence is off here; one
-# request in flight keeps each partition in order, and every consumer of
-# unicron's topics tolerates a duplicate (docs/chaos.md).
-enable.idempotence = false
-max.in.flight.requests.per.connection = 1
-# tansu 0.6.0 lets a rebalance wait for a killed member until the
-# rebalance timeout (max.poll.interval.ms, 5 minutes by default), not its
-# session timeout; a killed executor's successor would idle that long.
-max.poll.interval.ms = 20000
 # A killed member holds the group until its session times out: keep that
-# short (Kafka's own floor is 6 s) and heartbeat often.
+# short (Kafka's own floor is 6 s) and heartbeat often, so a 6-minute run
+# sees many takeovers. Production keeps the services' 10 s.
 session.timeout.ms = 6000
 heartbeat.interval.ms = 1000
-# tansu 0.6.0's retention pass deletes every record of a topic whose
-# retention.ms is -1 (it compares record age with -1), and it runs at a
-# restart: 100 years stands for forever.
-[kafka.retention_ms]
-cluster = 3153600000000
 [metrics]
 enabled = false
 [status]
@@ -274,9 +275,7 @@ listen = "{sim_addr}"
         Service::new(name, &unicron, &all, &logs)
     };
     // With --static-members each consumer has a stable group.instance.id,
-    // as StatefulSet pods do (docs/operations.md). Off by default: tansu
-    // 0.6.0 expires a static member without electing a new leader, and the
-    // group never forms again (docs/chaos.md).
+    // as StatefulSet pods do (docs/operations.md).
     let member = |service: Service, id: &str| {
         if args.static_members {
             service.env("UNICRON_KAFKA__GROUP__INSTANCE__ID", id)
@@ -333,9 +332,10 @@ listen = "{sim_addr}"
     let total = args.minutes * 60.0;
     let mut rng = Rng(args.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     // Kills in the first 80%; the rest of the run is for recovery. At
-    // least 12 s apart: the group must settle between kills (a rebalance on
-    // tansu takes up to 10 s), or no planner ever owns a partition long
-    // enough to decide, and the run proves nothing.
+    // least 12 s apart: the group must settle between kills (a killed
+    // member holds its partitions for its 6 s session, then the group
+    // rebalances), or no planner ever owns a partition long enough to
+    // decide, and the run proves nothing.
     let kill_window = total * KILL_WINDOW;
     let gap = (kill_window / f64::from(args.kills.max(1))).max(MIN_KILL_GAP_S);
     // Intervals never exceed `gap`, so the run reaches `--kills` whenever
@@ -343,12 +343,28 @@ listen = "{sim_addr}"
     let mut next_kill = rng.between(gap * 0.5, gap);
     let traps = [total * 0.3, total * 0.5];
     let mut armed = 0;
-    let broker_restart = total * 0.5;
-    let mut broker_restarted = args.no_broker_restart;
+    let started = Instant::now();
+    // The broker faults run on their own thread; their lines come back
+    // here to be printed in order with the driver's.
+    let (said, heard) = std::sync::mpsc::channel();
+    let mut faults = None;
+    let mut cluster = Some(cluster);
+    if !args.no_broker_faults {
+        let schedule = broker::Schedule {
+            kill_leader_at: total * 0.35,
+            topic: KafkaConfig::default().topic("failures"),
+            rolling_restart_at: total * 0.5,
+        };
+        faults = Some(broker::inject(
+            cluster.take().expect("the cluster"),
+            schedule,
+            started,
+            said,
+        ));
+    }
     let (rebalance_from, rebalance_until) = (total * 0.6, total * 0.6 + 25.0);
     let mut kills = 0u32;
     let mut crashes = Vec::new();
-    let started = Instant::now();
     let mut trapped = 0;
     while sim.running() {
         std::thread::sleep(Duration::from_millis(100));
@@ -376,10 +392,8 @@ listen = "{sim_addr}"
             trap.arm();
             armed += 1;
         }
-        if !broker_restarted && now >= broker_restart {
-            println!("chaos: restarting the broker");
-            broker.restart()?;
-            broker_restarted = true;
+        for line in heard.try_iter() {
+            println!("{line}");
         }
         if now >= rebalance_from && now < rebalance_until && planners[1].running() {
             println!(
@@ -420,9 +434,21 @@ listen = "{sim_addr}"
         s.stop();
     }
     let executor_kills = trap.fired.load(Ordering::SeqCst);
+    let (mut cluster, killed_leader, rolled) = match faults {
+        Some(thread) => {
+            let done = thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("the broker fault thread panicked"))??;
+            (done.cluster, done.killed_leader.is_some(), done.rolled)
+        }
+        None => (cluster.take().expect("the cluster"), false, 0),
+    };
+    for line in heard.try_iter() {
+        println!("{line}");
+    }
     println!(
-        "chaos: {kills} planner kills, {executor_kills} executor kills after acting, broker restarted {}",
-        u8::from(broker_restarted && !args.no_broker_restart)
+        "chaos: {kills} planner kills, {executor_kills} executor kills after acting, leader broker killed {}, brokers rolled {rolled}",
+        u8::from(killed_leader)
     );
 
     let summary: serde_json::Value = serde_json::from_slice(
@@ -458,7 +484,7 @@ listen = "{sim_addr}"
             u64::MAX
         }
     };
-    broker.stop();
+    cluster.shutdown();
     for finding in &verdict.findings {
         println!("chaos: {finding}");
     }

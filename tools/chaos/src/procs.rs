@@ -16,7 +16,6 @@ pub struct Service {
     program: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
-    dir: Option<PathBuf>,
     logs: PathBuf,
     starts: u32,
     child: Option<Child>,
@@ -29,7 +28,6 @@ impl Service {
             program: program.to_path_buf(),
             args: args.iter().map(|a| a.to_string()).collect(),
             env: Vec::new(),
-            dir: None,
             logs: logs.to_path_buf(),
             starts: 0,
             child: None,
@@ -41,21 +39,11 @@ impl Service {
         self
     }
 
-    /// Runs it in `dir` instead of the driver's directory.
-    pub fn in_dir(mut self, dir: &Path) -> Service {
-        self.dir = Some(dir.to_path_buf());
-        self
-    }
-
     pub fn start(&mut self) -> anyhow::Result<u32> {
         self.starts += 1;
         let log = self.logs.join(format!("{}-{}.log", self.name, self.starts));
         let out = std::fs::File::create(&log)?;
-        let mut command = Command::new(&self.program);
-        if let Some(dir) = &self.dir {
-            command.current_dir(dir);
-        }
-        let child = command
+        let child = Command::new(&self.program)
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(

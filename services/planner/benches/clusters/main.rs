@@ -17,11 +17,15 @@
 //! never answered fails the run: the embedded broker drops data silently
 //! past 5 MB a partition), and sample the process's RSS and the planner's
 //! RocksDB size for their least-squares growth after a warm-up
-//! ([`sampling`]). `--brokers HOST:PORT` runs on a standalone broker
-//! (tansu) instead of the embedded one, on topics of a prefix new to the
-//! run. Prints one JSON object (and writes it with `--json FILE`).
+//! ([`sampling`]). `--kafka` runs on a three-broker Apache Kafka cluster it
+//! starts (`unicron_bus::testing::kafka`), `--brokers HOST:PORT` on any
+//! other Kafka, instead of the embedded broker, on topics of a prefix new
+//! to the run. `--kill-broker-after-minutes K` (pipeline, `--kafka`)
+//! SIGKILLs the broker leading the failures topic's first partition K
+//! minutes into the failures and restarts it 20 s later. Prints one JSON
+//! object (and writes it with `--json FILE`).
 //!
-//! `tools/bench/clusters.sh [--pipeline] [--tansu | --brokers HOST:PORT]
+//! `tools/bench/clusters.sh [--pipeline] [--kafka | --brokers HOST:PORT]
 //! [--clusters N] [--gpus-per-cluster G] [--minutes M] [--json FILE]` runs it.
 
 mod pipeline;
@@ -32,6 +36,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use sampling::{Histogram, Sampler};
+use unicron_bus::testing::kafka::{KafkaCluster, KafkaOptions};
 use unicron_bus::{AvroCodec, Consumer, KafkaConfig, Producer};
 use unicron_core::signing::CommandSigner;
 use unicron_core::*;
@@ -61,8 +66,13 @@ pub struct Args {
     mock_broker: bool,
     /// Only host the embedded broker with every topic, for another run.
     serve_broker: bool,
-    /// What `--brokers` is (`tansu`), for the report.
+    /// What `--brokers` is, for the report.
     broker_label: Option<String>,
+    /// Start a three-broker Apache Kafka cluster for the run.
+    kafka: bool,
+    /// Minutes into the failures at which the pipeline mode kills the
+    /// leader broker of the failures topic's first partition (`--kafka`).
+    kill_broker_after_minutes: Option<f64>,
     sample_s: f64,
     warmup_minutes: Option<f64>,
     /// Event seconds from an isolation's success to the node's repair.
@@ -83,6 +93,8 @@ fn args() -> Args {
         mock_broker: false,
         serve_broker: false,
         broker_label: None,
+        kafka: false,
+        kill_broker_after_minutes: None,
         sample_s: 5.0,
         warmup_minutes: None,
         repair_s: 30.0,
@@ -117,10 +129,14 @@ fn args() -> Args {
             "--planners" => a.planners = number("--planners") as usize,
             "--unicron" => a.unicron = Some(value.into()),
             "--kill-after-minutes" => a.kill_after_minutes = number("--kill-after-minutes"),
-            flag @ ("--pipeline" | "--replay" | "--mock-broker" | "--serve-broker") => {
+            "--kill-broker-after-minutes" => {
+                a.kill_broker_after_minutes = Some(number("--kill-broker-after-minutes"))
+            }
+            flag @ ("--pipeline" | "--replay" | "--mock-broker" | "--serve-broker" | "--kafka") => {
                 match flag {
                     "--pipeline" => a.pipeline = true,
                     "--replay" => a.replay = true,
+                    "--kafka" => a.kafka = true,
                     "--mock-broker" => a.mock_broker = true,
                     _ => a.serve_broker = true,
                 }
@@ -140,6 +156,10 @@ fn args() -> Args {
             "--clusters must be at least 1, --gpus-per-cluster at least {} and --sample-s positive",
             JOBS * 8
         );
+        std::process::exit(2);
+    }
+    if a.kill_broker_after_minutes.is_some() && !(a.kafka && a.pipeline) {
+        eprintln!("--kill-broker-after-minutes needs --pipeline and --kafka");
         std::process::exit(2);
     }
     a
@@ -166,6 +186,29 @@ pub struct Bus {
     pub kafka: KafkaConfig,
     /// Kept alive for the run.
     _embedded: Option<unicron_bus::EmbeddedBroker>,
+    /// The Apache Kafka cluster of `--kafka`, stopped at the end.
+    pub cluster: Option<std::sync::Arc<std::sync::Mutex<KafkaCluster>>>,
+}
+
+impl Bus {
+    /// Stops the brokers this run started (before `exit`, which skips
+    /// destructors).
+    pub fn shutdown(&self) {
+        if let Some(cluster) = &self.cluster {
+            cluster.lock().unwrap().shutdown();
+        }
+    }
+
+    /// Process ids of the brokers this run started, or `--broker-pid`.
+    pub fn broker_pids(&self, a: &Args) -> Vec<u32> {
+        match &self.cluster {
+            Some(cluster) => {
+                let cluster = cluster.lock().unwrap();
+                cluster.node_ids().into_iter().filter_map(|id| cluster.pid(id)).collect()
+            }
+            None => a.broker_pid.into_iter().collect(),
+        }
+    }
 }
 
 /// The embedded broker's client configuration, without starting one.
@@ -179,12 +222,35 @@ fn embedded_config() -> KafkaConfig {
 }
 
 async fn bus(a: &Args) -> Bus {
-    let Some(brokers) = &a.brokers else {
+    let mut cluster = None;
+    let brokers = if a.kafka {
+        let Some(libs) = unicron_bus::testing::kafka::kafka_libs() else {
+            eprintln!("--kafka: no Apache Kafka jars (./dev setup test fetches them)");
+            std::process::exit(2)
+        };
+        let started = KafkaCluster::start(&libs, None, &KafkaOptions::default())
+            .unwrap_or_else(|e| {
+                eprintln!("--kafka: {e}");
+                std::process::exit(2)
+            });
+        let brokers = started.bootstrap_servers();
+        eprintln!(
+            "Apache Kafka {} on {brokers} (logs in {})",
+            unicron_bus::testing::kafka::KAFKA_VERSION,
+            started.dir().display()
+        );
+        cluster = Some(std::sync::Arc::new(std::sync::Mutex::new(started)));
+        Some(brokers)
+    } else {
+        a.brokers.clone()
+    };
+    let Some(brokers) = &brokers else {
         let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
         return Bus {
             brokers: broker.bootstrap_servers().to_string(),
             kafka,
             _embedded: Some(broker),
+            cluster: None,
         };
     };
     if a.mock_broker {
@@ -194,6 +260,7 @@ async fn bus(a: &Args) -> Bus {
             brokers: brokers.clone(),
             kafka: embedded_config(),
             _embedded: None,
+            cluster: None,
         };
     }
     // Topics of a prefix no earlier run used: nothing left over is read.
@@ -214,6 +281,7 @@ async fn bus(a: &Args) -> Bus {
         brokers: brokers.clone(),
         kafka,
         _embedded: None,
+        cluster,
     }
 }
 
@@ -340,21 +408,28 @@ fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
     }
 }
 
-fn broker_rss_mb(pid: Option<u32>) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid?)).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
+/// The brokers' resident memory together, MB.
+fn broker_rss_mb(pids: &[u32]) -> Option<f64> {
+    let one = |pid: &u32| -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+    };
+    let all: Vec<f64> = pids.iter().filter_map(one).collect();
+    (!all.is_empty()).then(|| all.iter().sum())
 }
 
 /// Which broker the run used, for the report.
 fn broker_label(a: &Args) -> &'static str {
+    if a.kafka {
+        return "kafka-3";
+    }
     match (&a.brokers, a.mock_broker, a.broker_label.as_deref()) {
         (None, _, _) => "embedded",
         (Some(_), true, _) => "embedded, own process",
-        (Some(_), false, Some("tansu")) => "tansu",
         (Some(_), false, _) => "standalone",
     }
 }
@@ -414,8 +489,9 @@ async fn main() {
         let (mut result, bad) = planners::run(&a, &bus, &producer).await;
         merge(
             &mut result,
-            serde_json::json!({ "broker_rss_mb": broker_rss_mb(a.broker_pid) }),
+            serde_json::json!({ "broker_rss_mb": broker_rss_mb(&bus.broker_pids(&a)) }),
         );
+        bus.shutdown();
         finish(&a, result, bad);
         return;
     }
@@ -424,13 +500,15 @@ async fn main() {
         merge(&mut result, service_metrics(&metrics.render()));
         merge(
             &mut result,
-            serde_json::json!({ "broker_rss_mb": broker_rss_mb(a.broker_pid) }),
+            serde_json::json!({ "broker_rss_mb": broker_rss_mb(&bus.broker_pids(&a)) }),
         );
+        bus.shutdown();
         finish(&a, result, missing);
         return;
     }
     let (mut result, missing) = planner_alone(&a, &bus, &producer, &settings).await;
     merge(&mut result, service_metrics(&metrics.render()));
+    bus.shutdown();
     finish(&a, result, missing);
 }
 

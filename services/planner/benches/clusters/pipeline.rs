@@ -41,6 +41,10 @@ use crate::{Args, Bus, JOBS, Lcg, START_MS, cluster_name, node_name, start_plann
 /// The agent's default heartbeat interval (`agent.heartbeat_interval_s`)
 /// and the simulator's (`sim.heartbeat_interval_s`).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long `--kill-broker-after-minutes` keeps the killed broker down:
+/// past Kafka's broker session (9 s), so its partitions get new leaders.
+const BROKER_DOWN: Duration = Duration::from_secs(20);
+
 /// Heartbeats go out in this many slots an interval, so the broker sees a
 /// steady stream rather than one burst a second.
 const SLOTS: usize = 10;
@@ -150,6 +154,9 @@ struct Run {
     failure_to_command: Histogram,
     evidence_to_command: Histogram,
     evidence_to_failure_by_kind: BTreeMap<String, Histogram>,
+    /// (failure read, failure → command) of every answered failure, to
+    /// split by the phases of a broker kill.
+    answers: Vec<(Instant, Duration)>,
 }
 
 fn index_of(name: &str, prefix: char) -> Option<usize> {
@@ -223,6 +230,7 @@ pub async fn run(
         failure_to_command: Histogram::default(),
         evidence_to_command: Histogram::default(),
         evidence_to_failure_by_kind: BTreeMap::new(),
+        answers: Vec::new(),
     };
     let bench_began = Instant::now();
     let now_ms = move || START_MS + bench_began.elapsed().as_millis() as i64;
@@ -281,6 +289,13 @@ pub async fn run(
     let mut drain_until = None;
     let mut skipped_turns = 0usize;
     let quiet = Quiet::of(&detector_settings.tuning);
+    // `--kill-broker-after-minutes`: the fault runs off the loop; it
+    // reports (broker, killed at, back in sync at) when done.
+    let mut broker_kill_at = a
+        .kill_broker_after_minutes
+        .map(|m| began + Duration::from_secs_f64(m * 60.0));
+    let (fault_done, mut fault_report) = tokio::sync::mpsc::channel(1);
+    let mut broker_fault: Option<(u32, Instant, Instant)> = None;
     loop {
         let injecting = run.injected < total;
         if !injecting && drain_until.is_none() {
@@ -337,6 +352,32 @@ pub async fn run(
             _ = tokio::time::sleep_until(next_repair.unwrap_or(next_slot).into()), if next_repair.is_some() => {
                 let (_, c, n) = run.repairs.pop_front().expect("peeked");
                 run.repair(c, n, &io, now_ms());
+            }
+            _ = tokio::time::sleep_until(broker_kill_at.unwrap_or(next_slot).into()), if broker_kill_at.is_some() => {
+                broker_kill_at = None;
+                let cluster = bus.cluster.clone().expect("--kafka");
+                let (topic, done) = (failures_topic.clone(), fault_done.clone());
+                tokio::task::spawn_blocking(move || {
+                    let mut cluster = cluster.lock().unwrap();
+                    let Some(leader) = cluster.leader(&topic, 0) else {
+                        eprintln!("{topic}[0] has no leader to kill");
+                        return;
+                    };
+                    eprintln!("kill -9 broker {leader}, leader of {topic}[0]; restarting it in 20 s");
+                    let killed = Instant::now();
+                    cluster.kill(leader);
+                    std::thread::sleep(BROKER_DOWN);
+                    if let Err(e) = cluster.start_node(leader) {
+                        eprintln!("broker {leader} did not start again: {e}");
+                        return;
+                    }
+                    let _ = cluster.wait_in_sync(Duration::from_secs(300));
+                    eprintln!("broker {leader} back, every partition in sync after {:.1} s", killed.elapsed().as_secs_f64());
+                    let _ = done.blocking_send((leader, killed, Instant::now()));
+                });
+            }
+            Some(report) = fault_report.recv() => {
+                broker_fault = Some(report);
             }
             _ = tokio::time::sleep_until(sampler.next_at().into()) => {
                 let sample = sampler.take(run.decisions);
@@ -507,6 +548,34 @@ pub async fn run(
         "state_mb": sampling::dir_mb(&settings.state_dir),
         "restart_s": null,
     });
+    if let Some((broker, killed, back)) = broker_fault {
+        // Failures read before the kill, between the kill and every
+        // partition back in sync, and after.
+        let mut phases = [Histogram::default(), Histogram::default(), Histogram::default()];
+        for (read, latency) in &run.answers {
+            let phase = if *read < killed {
+                0
+            } else if *read < back {
+                1
+            } else {
+                2
+            };
+            phases[phase].record(*latency);
+        }
+        let [before, during, after] = phases;
+        crate::merge(
+            &mut result,
+            serde_json::json!({ "broker_kill": {
+                "broker": broker,
+                "at_s": killed.saturating_duration_since(began).as_secs_f64(),
+                "down_s": BROKER_DOWN.as_secs_f64(),
+                "back_in_sync_s": back.saturating_duration_since(killed).as_secs_f64(),
+                "failure_to_command_before": before.json(),
+                "failure_to_command_during": during.json(),
+                "failure_to_command_after": after.json(),
+            }}),
+        );
+    }
     crate::merge(&mut result, crate::growth(a, &sampler));
     (result, unanswered + stage_shortfall)
 }
@@ -776,6 +845,8 @@ impl Run {
         let detected = injection.detected.expect("a failure record was read");
         self.failure_to_command
             .record(command_read.saturating_duration_since(detected));
+        self.answers
+            .push((detected, command_read.saturating_duration_since(detected)));
         self.evidence_to_command
             .record(command_read.saturating_duration_since(injection.produced));
         self.commanded += 1;

@@ -50,11 +50,8 @@ fn write_config(bus: &Bus, work: &Path, nodes: usize) -> PathBuf {
             r#"[kafka]
 brokers = "{brokers}"
 topic_prefix = "{prefix}"
-# tansu 0.6.0's group coordinator, as the chaos scenario runs it
-# (docs/chaos.md): a rebalance waits for a killed member until the
-# rebalance timeout, so keep that short; short sessions and frequent
-# heartbeats keep its groups from wedging.
-max.poll.interval.ms = 20000
+# A killed planner's partitions move once its session expires: short,
+# as in the chaos scenario (docs/chaos.md).
 session.timeout.ms = 6000
 heartbeat.interval.ms = 1000
 [metrics]
@@ -179,8 +176,8 @@ pub async fn run(a: &Args, bus: &Bus, producer: &Producer) -> (serde_json::Value
         eprintln!("--planners needs --unicron PATH (the unicron binary)");
         std::process::exit(2)
     });
-    if a.brokers.is_none() {
-        eprintln!("--planners needs a standalone broker (--brokers or clusters.sh --tansu)");
+    if a.brokers.is_none() && !a.kafka {
+        eprintln!("--planners needs a broker of its own (--kafka or --brokers)");
         std::process::exit(2);
     }
     let nodes = a.gpus / 8;
@@ -255,8 +252,7 @@ pub async fn run(a: &Args, bus: &Bus, producer: &Producer) -> (serde_json::Value
         }
         if i == kill_at && killed_at.is_none() {
             // SIGKILL, then its supervisor starts it again on its store a
-            // second later (on tansu 0.6.0 a dead member nobody replaces
-            // keeps its partitions: docs/chaos.md).
+            // second later.
             if let Some(mut victim) = planners.children[0].take() {
                 let _ = victim.kill();
                 let _ = victim.wait();

@@ -1,6 +1,9 @@
 //! Helpers for tests and benchmarks that run services on the embedded
-//! broker. They panic with a clear message instead of returning errors:
-//! a test that cannot read its records has failed.
+//! broker or on Apache Kafka ([`kafka`]). They panic with a clear message
+//! instead of returning errors: a test that cannot read its records has
+//! failed.
+
+pub mod kafka;
 
 use std::path::PathBuf;
 use std::time::Duration;

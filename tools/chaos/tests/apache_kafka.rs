@@ -1,11 +1,11 @@
 //! The chaos scenario as a test (docs/chaos.md): the driver runs unicron's
-//! services as separate processes on tansu and kills them while they work.
-//! It is part of the standalone-broker group: `cargo test --workspace --test
-//! standalone` runs it with the TLS/SASL test of services/unicron, and
-//! builds both binaries it needs.
+//! services as separate processes on a three-broker Apache Kafka cluster
+//! and kills them, and the brokers, while they work. It is part of the
+//! Apache Kafka group: `cargo test --workspace --test apache_kafka` runs it
+//! with the other tests on Kafka, and builds both binaries it needs.
 //!
-//! `./dev test` installs tansu and sets `TANSU`; under CI a missing tansu
-//! fails the test, elsewhere it is skipped with a message.
+//! `./dev test` fetches Kafka's jars and sets `UNICRON_KAFKA_LIBS`; under
+//! CI missing jars fail the test, elsewhere it is skipped with a message.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,27 +17,28 @@ fn unicron() -> PathBuf {
     let path = Path::new(env!("CARGO_BIN_EXE_unicron-chaos")).with_file_name("unicron");
     assert!(
         path.is_file(),
-        "{} is missing: run with `cargo test --workspace --test standalone`",
+        "{} is missing: run with `cargo test --workspace --test apache_kafka`",
         path.display()
     );
     path
 }
 
 /// The scenario at its required size: 20 planner SIGKILLs, the
-/// executor killed between acting and publishing (twice), the broker
-/// killed and restarted mid-run, and one planner stopped so its partitions
-/// move. Judged by the simulator's ground truth and by replay.
+/// executor killed between acting and publishing (twice), the broker that
+/// leads the planner's first input partition SIGKILLed and restarted, a
+/// rolling restart of all three brokers, and one planner stopped so its
+/// partitions move. Judged by the simulator's ground truth and by replay.
 #[test]
-fn standalone_chaos_loses_nothing_and_does_nothing_twice() {
-    let Some(tansu) = unicron_bus::testing::tansu_or_skip() else {
+fn chaos_on_kafka_loses_nothing_and_does_nothing_twice() {
+    let Some(libs) = unicron_bus::testing::kafka::kafka_or_skip() else {
         return;
     };
     let work = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_unicron-chaos"))
         .arg("--unicron")
         .arg(unicron())
-        .arg("--tansu")
-        .arg(&tansu)
+        .arg("--kafka-libs")
+        .arg(&libs)
         .arg("--work-dir")
         .arg(work.path())
         .args(["--minutes", "6", "--kills", "20", "--seed", "7"])
@@ -67,8 +68,8 @@ fn standalone_chaos_loses_nothing_and_does_nothing_twice() {
         }
     }
     assert!(
-        stdout.contains("broker restarted 1"),
-        "the broker was not restarted:\n{stdout}"
+        stdout.contains("leader broker killed 1, brokers rolled 3"),
+        "the brokers' faults did not all happen:\n{stdout}"
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let planner_kills =
@@ -99,8 +100,8 @@ fn planner_kills(stdout: &str) -> Option<u64> {
 #[test]
 fn the_planner_kill_count_is_read_from_its_own_line() {
     let stdout = "chaos: 10 failures planned over 180 simulated minutes; 20 planner kills at least\n\
-                  chaos: restarting the broker\n\
-                  chaos: 21 planner kills, 2 executor kills after acting, broker restarted 1\n";
+                  chaos: kill -9 broker 2 (127.0.0.1:40001), leader of unicron.failures[0]\n\
+                  chaos: 21 planner kills, 2 executor kills after acting, leader broker killed 1, brokers rolled 3\n";
     assert_eq!(planner_kills(stdout), Some(21));
     assert_eq!(planner_kills("chaos: 20 planner kills at least\n"), None);
 }
