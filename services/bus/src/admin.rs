@@ -57,20 +57,10 @@ struct ClusterView {
 /// Checks `replication_factor` and `min_insync_replicas` against each
 /// other and against the cluster's size, naming the field at fault.
 fn check_replication(config: &KafkaConfig, brokers: usize) -> Result<(), BusError> {
+    config
+        .check_replication()
+        .map_err(|(field, reason)| BusError::Setting { field, reason })?;
     let rf = config.replication_factor;
-    let min_isr = config.min_insync_replicas();
-    if rf < 1 {
-        return Err(BusError::Setting {
-            field: "kafka.replication_factor",
-            reason: format!("{rf} is not a replica count (1 or more)"),
-        });
-    }
-    if min_isr < 1 || min_isr > rf {
-        return Err(BusError::Setting {
-            field: "kafka.min_insync_replicas",
-            reason: format!("{min_isr} must be between 1 and kafka.replication_factor ({rf})"),
-        });
-    }
     if brokers < rf as usize {
         return Err(BusError::Setting {
             field: "kafka.replication_factor",

@@ -82,6 +82,25 @@ impl KafkaConfig {
             .unwrap_or((self.replication_factor - 1).max(1))
     }
 
+    /// `replication_factor` and `min_insync_replicas` against each other:
+    /// the field at fault and why.
+    pub fn check_replication(&self) -> Result<(), (&'static str, String)> {
+        let (rf, min_isr) = (self.replication_factor, self.min_insync_replicas());
+        if rf < 1 {
+            return Err((
+                "kafka.replication_factor",
+                format!("{rf} is not a replica count (1 or more)"),
+            ));
+        }
+        if min_isr < 1 || min_isr > rf {
+            return Err((
+                "kafka.min_insync_replicas",
+                format!("{min_isr} must be between 1 and kafka.replication_factor ({rf})"),
+            ));
+        }
+        Ok(())
+    }
+
     /// librdkafka properties as flat `key = value` strings, sorted by key.
     pub fn librdkafka_properties(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();

@@ -6,7 +6,8 @@
 //! CreateTopics request (topics are made through the mock API here), no
 //! transactions.
 
-use std::sync::mpsc;
+use std::collections::BTreeSet;
+use std::sync::{Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use rdkafka::mocking::MockCluster;
@@ -18,6 +19,19 @@ use crate::topology::Topology;
 
 /// Replication factor of embedded topics: one copy is all a single process can offer.
 const EMBEDDED_REPLICATION: i32 = 1;
+
+/// Bootstrap lists of the embedded brokers this process hosts.
+static HOSTED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Whether `brokers` is an embedded broker of this process. Its clients
+/// fetch differently: the mock cluster holds an empty fetch for the whole
+/// `fetch.wait.max.ms` instead of answering when a record arrives.
+pub fn hosted_here(brokers: &str) -> bool {
+    HOSTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(brokers)
+}
 
 enum Request {
     CreateTopic {
@@ -87,6 +101,10 @@ impl EmbeddedBroker {
             .recv()
             .map_err(|_| BusError::Embedded("broker thread died".into()))?
             .map_err(BusError::Embedded)?;
+        HOSTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(bootstrap.clone());
         Ok(EmbeddedBroker {
             bootstrap,
             requests: Some(req_tx),
@@ -145,6 +163,10 @@ impl EmbeddedBroker {
 
 impl Drop for EmbeddedBroker {
     fn drop(&mut self) {
+        HOSTED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.bootstrap);
         self.requests.take();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

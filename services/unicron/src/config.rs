@@ -133,6 +133,9 @@ impl Config {
         if self.kafka.max_record_bytes == 0 {
             return bad("kafka.max_record_bytes", "must be positive");
         }
+        if let Err((field, why)) = self.kafka.check_replication() {
+            return bad(field, &why);
+        }
         let topology = unicron_bus::Topology::builtin();
         for (topic, &ms) in &self.kafka.retention_ms {
             let field = format!("kafka.retention_ms.{topic}");
@@ -238,6 +241,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(err, "config: kafka.max_record_bytes: must be positive");
+
+        let err = load_text("[kafka]\nreplication_factor = 1\nmin_insync_replicas = 2\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config: kafka.min_insync_replicas: 2 must be between 1 and kafka.replication_factor (1)"
+        );
 
         let err = load_text("[kafka.retention_ms]\nclusters = 1000\n")
             .unwrap_err()

@@ -205,6 +205,11 @@ share.coordinator.state.topic.min.isr={isr}
 num.partitions=3
 # A test's group forms at once instead of after Kafka's 3 s.
 group.initial.rebalance.delay.ms=0
+# Three brokers share a few cores with the services: fewer threads than
+# Kafka's defaults (8 I/O, 3 network, 10 background).
+num.io.threads=2
+num.network.threads=2
+background.threads=4
 ",
                 data = data.join("data").display(),
                 rf = n.min(3),
@@ -335,6 +340,9 @@ ssl.keystore.location={keystore}
             format!("-Xmx{}m", self.heap_mb),
             "-Xms128m".to_string(),
             "-XX:+ExitOnOutOfMemoryError".to_string(),
+            // Fewer GC and compiler threads: several JVMs share few cores.
+            "-XX:ParallelGCThreads=1".to_string(),
+            "-XX:ConcGCThreads=1".to_string(),
             "-Djava.awt.headless=true".to_string(),
         ];
         let mut command = self.java_command(&jvm, "kafka.Kafka");
