@@ -20,6 +20,25 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// causes (Kafka fences a dead broker after its 9 s session, then elects).
 const OUTAGE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// `call`, again while it fails with an error a broker restart or a
+/// leader election ends, for up to [`OUTAGE_TIMEOUT`].
+fn through_outage<T>(
+    mut call: impl FnMut() -> Result<T, rdkafka::error::KafkaError>,
+) -> Result<T, rdkafka::error::KafkaError> {
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match call() {
+            Err(e) if transient(&e) && started.elapsed() < OUTAGE_TIMEOUT => {
+                tracing::debug!(error = %e, "history read waits for the cluster");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Errors of a fetch that a broker restart or a new leader ends.
 fn transient(error: &rdkafka::error::KafkaError) -> bool {
     use RDKafkaErrorCode as Code;
@@ -90,7 +109,7 @@ impl PartitionReader {
 
     /// The partitions of `topic`; none if it does not exist.
     pub fn partitions(&self, topic: &str) -> Result<Vec<i32>, BusError> {
-        let metadata = self.consumer.fetch_metadata(Some(topic), TIMEOUT)?;
+        let metadata = through_outage(|| self.consumer.fetch_metadata(Some(topic), TIMEOUT))?;
         Ok(metadata
             .topics()
             .iter()
@@ -102,7 +121,7 @@ impl PartitionReader {
     /// The partition's low and high watermarks: records exist at offsets
     /// `low..high`. A partition that does not exist (yet) is empty.
     pub fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), BusError> {
-        match self.consumer.fetch_watermarks(topic, partition, TIMEOUT) {
+        match through_outage(|| self.consumer.fetch_watermarks(topic, partition, TIMEOUT)) {
             Ok(marks) => Ok(marks),
             Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownPartition) => {
                 Ok((0, 0))
