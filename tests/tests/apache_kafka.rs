@@ -48,12 +48,16 @@ fn acknowledged_records_survive_a_crash_of_their_partitions_leader() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let topology = Topology::builtin();
     let created = runtime
-        .block_on(unicron_bus::admin::ensure_topics(&kafka, &brokers, &topology))
+        .block_on(unicron_bus::admin::ensure_topics(
+            &kafka, &brokers, &topology,
+        ))
         .unwrap();
     assert_eq!(created.len(), topology.topics.len());
     assert!(created.iter().all(|r| r.replicas == 3), "{created:?}");
     let again = runtime
-        .block_on(unicron_bus::admin::ensure_topics(&kafka, &brokers, &topology))
+        .block_on(unicron_bus::admin::ensure_topics(
+            &kafka, &brokers, &topology,
+        ))
         .unwrap();
     assert!(
         again
@@ -81,7 +85,9 @@ fn acknowledged_records_survive_a_crash_of_their_partitions_leader() {
     let after = cluster.leader(&topic, 0).expect("a new leader");
     assert_ne!(after, leader, "leadership moved off the killed broker");
 
-    let want: Vec<Vec<u8>> = (0..200).map(|i| format!("record {i}").into_bytes()).collect();
+    let want: Vec<Vec<u8>> = (0..200)
+        .map(|i| format!("record {i}").into_bytes())
+        .collect();
     assert_eq!(payloads(&kafka, &brokers, &topic, 0), want);
 
     // The killed broker comes back and catches up; nothing changes.
@@ -171,7 +177,11 @@ fn debian_kcat_writes_and_reads_unicron_topics() {
     runtime.block_on(async {
         for i in 0..10 {
             producer
-                .send_bytes(&decisions, format!("c{i}").as_bytes(), format!("d{i}").as_bytes())
+                .send_bytes(
+                    &decisions,
+                    format!("c{i}").as_bytes(),
+                    format!("d{i}").as_bytes(),
+                )
                 .await
                 .unwrap();
         }
@@ -181,7 +191,11 @@ fn debian_kcat_writes_and_reads_unicron_topics() {
         .args(["-f", "%k=%s\n"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_string)

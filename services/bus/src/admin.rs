@@ -224,7 +224,10 @@ mod tests {
         assert!(check_replication(&config, 1).is_ok());
         config.min_insync_replicas = Some(2);
         let isr = check_replication(&config, 1).unwrap_err().to_string();
-        assert!(isr.starts_with("kafka.min_insync_replicas: 2 must be"), "{isr}");
+        assert!(
+            isr.starts_with("kafka.min_insync_replicas: 2 must be"),
+            "{isr}"
+        );
         config.replication_factor = 0;
         let zero = check_replication(&config, 1).unwrap_err().to_string();
         assert!(zero.starts_with("kafka.replication_factor: 0"), "{zero}");

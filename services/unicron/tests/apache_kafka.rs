@@ -277,8 +277,12 @@ fn planners_share_clusters_and_take_over_from_a_killed_one() {
     };
     let _one = one_cluster();
     let dir = tempfile::tempdir().unwrap();
-    let cluster = KafkaCluster::start(&libs, Some(&dir.path().join("kafka")), &KafkaOptions::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cluster = KafkaCluster::start(
+        &libs,
+        Some(&dir.path().join("kafka")),
+        &KafkaOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let addr = cluster.bootstrap_servers();
     let unicron = env!("CARGO_BIN_EXE_unicron");
     let key = dir.path().join("planner.key");

@@ -68,7 +68,10 @@ pub fn inject(
             cluster.start_node(id)?;
             let _ = report.send(format!("chaos: broker {id} restarted"));
         } else {
-            let _ = report.send(format!("chaos: {}[0] had no leader to kill", schedule.topic));
+            let _ = report.send(format!(
+                "chaos: {}[0] had no leader to kill",
+                schedule.topic
+            ));
         }
         wait_until(schedule.rolling_restart_at);
         let _ = report.send("chaos: rolling restart of every broker".to_string());

@@ -52,7 +52,9 @@ pub fn kafka_or_skip() -> Option<PathBuf> {
             std::env::var_os("CI").is_none(),
             "CI is set but Apache Kafka is missing: ./dev test installs it"
         );
-        eprintln!("skipped: no Apache Kafka (./dev setup test fetches it; or set UNICRON_KAFKA_LIBS)");
+        eprintln!(
+            "skipped: no Apache Kafka (./dev setup test fetches it; or set UNICRON_KAFKA_LIBS)"
+        );
     }
     found
 }
@@ -300,7 +302,9 @@ ssl.keystore.location={keystore}
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(|e| KafkaError(format!("{}: {e} (is Java 17 installed?)", java().display())))
+                    .map_err(|e| {
+                        KafkaError(format!("{}: {e} (is Java 17 installed?)", java().display()))
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         for (node, child) in self.nodes.iter().zip(children) {
@@ -347,9 +351,9 @@ ssl.keystore.location={keystore}
         ];
         let mut command = self.java_command(&jvm, "kafka.Kafka");
         command.arg(&node.config).stdout(log).stderr(err);
-        let child = command
-            .spawn()
-            .map_err(|e| KafkaError(format!("{}: {e} (is Java 17 installed?)", java().display())))?;
+        let child = command.spawn().map_err(|e| {
+            KafkaError(format!("{}: {e} (is Java 17 installed?)", java().display()))
+        })?;
         let node = &mut self.nodes[i];
         node.starts += 1;
         node.child = Some(child);
@@ -474,9 +478,10 @@ ssl.keystore.location={keystore}
                     )));
                 }
             }
-            let listening = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
-                TcpStream::connect_timeout(&n.client, Duration::from_millis(200)).is_ok()
-            });
+            let listening =
+                self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                    TcpStream::connect_timeout(&n.client, Duration::from_millis(200)).is_ok()
+                });
             if listening
                 && let Ok(client) = self.metadata_client()
                 && let Ok(metadata) = client.fetch_metadata(None, Duration::from_secs(2))

@@ -204,7 +204,11 @@ impl Bus {
         match &self.cluster {
             Some(cluster) => {
                 let cluster = cluster.lock().unwrap();
-                cluster.node_ids().into_iter().filter_map(|id| cluster.pid(id)).collect()
+                cluster
+                    .node_ids()
+                    .into_iter()
+                    .filter_map(|id| cluster.pid(id))
+                    .collect()
             }
             None => a.broker_pid.into_iter().collect(),
         }
@@ -228,8 +232,8 @@ async fn bus(a: &Args) -> Bus {
             eprintln!("--kafka: no Apache Kafka jars (./dev setup test fetches them)");
             std::process::exit(2)
         };
-        let started = KafkaCluster::start(&libs, None, &KafkaOptions::default())
-            .unwrap_or_else(|e| {
+        let started =
+            KafkaCluster::start(&libs, None, &KafkaOptions::default()).unwrap_or_else(|e| {
                 eprintln!("--kafka: {e}");
                 std::process::exit(2)
             });

@@ -551,7 +551,11 @@ pub async fn run(
     if let Some((broker, killed, back)) = broker_fault {
         // Failures read before the kill, between the kill and every
         // partition back in sync, and after.
-        let mut phases = [Histogram::default(), Histogram::default(), Histogram::default()];
+        let mut phases = [
+            Histogram::default(),
+            Histogram::default(),
+            Histogram::default(),
+        ];
         for (read, latency) in &run.answers {
             let phase = if *read < killed {
                 0

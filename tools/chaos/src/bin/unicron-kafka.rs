@@ -64,7 +64,11 @@ fn main() -> ExitCode {
         .filter_map(|id| cluster.pid(id))
         .map(|p| p.to_string())
         .collect();
-    println!("brokers: {} pids: {}", cluster.bootstrap_servers(), pids.join(","));
+    println!(
+        "brokers: {} pids: {}",
+        cluster.bootstrap_servers(),
+        pids.join(",")
+    );
     for line in std::io::stdin().lock().lines() {
         match line {
             Ok(l) if l.trim() == "stop" => break,
