@@ -98,6 +98,7 @@ pub async fn run(
         // Lost connections are counted from the runtime's start.
         outage: OutageHold::new(Duration::from_secs_f64(settings.outage_grace_s), 0),
         idle: IdleTicks::new(Duration::from_secs_f64(settings.idle_tick_s)),
+        assigned: Vec::new(),
     };
     let kafka = with_topic_discovery(kafka, settings.new_topic_check_s);
     unicron_runtime::run(&kafka, brokers, &options, &mut processor, shutdown).await
@@ -112,6 +113,8 @@ struct DetectorProcessor {
     failure_codec: AvroCodec<FailureEvent>,
     outage: OutageHold,
     idle: IdleTicks,
+    /// The partitions the detector's state was built from.
+    assigned: Vec<(String, i32)>,
 }
 
 impl Processor for DetectorProcessor {
@@ -193,12 +196,24 @@ impl Processor for DetectorProcessor {
     }
 
     /// Partitions moved: state about nodes read elsewhere now is stale.
+    /// A rebalance that gives back the same partitions (a coordinator that
+    /// moved with a broker restart, a member that joined and left) keeps
+    /// it: its held symptoms and timers came from records whose offsets
+    /// are committed already, and forgetting them would lose failures.
     async fn reassigned(
         &mut self,
-        _assigned: &[(String, i32)],
+        assigned: &[(String, i32)],
         _store: Option<&Store>,
     ) -> Result<(), DetectorError> {
+        if assigned.is_empty() || assigned == self.assigned.as_slice() {
+            return Ok(());
+        }
+        tracing::info!(
+            partitions = assigned.len(),
+            "assignment changed: detector state reset"
+        );
         self.detector.reset();
+        self.assigned = assigned.to_vec();
         Ok(())
     }
 
@@ -419,6 +434,54 @@ fn describe_metrics() {
 mod tests {
     use super::*;
     use unicron_core::detector::LogRules;
+
+    /// A rebalance that hands back the same partitions keeps what the
+    /// detector holds (here a heartbeat deadline); a different assignment
+    /// starts afresh.
+    #[tokio::test]
+    async fn only_a_changed_assignment_resets_the_detector() {
+        use unicron_core::detector::{DetectorInput, Observation, Source};
+        use unicron_core::{AgentEvent, AgentEventKind};
+        let mut processor = DetectorProcessor {
+            detector: Detector::new(Default::default(), LogRules::builtin()),
+            decoders: BTreeMap::new(),
+            failures_topic: "unicron.failures".into(),
+            agent_topic: "unicron.agent".into(),
+            agent_codec: AvroCodec::default(),
+            failure_codec: AvroCodec::default(),
+            outage: OutageHold::new(Duration::from_secs(30), 0),
+            idle: IdleTicks::new(Duration::from_secs(2)),
+            assigned: Vec::new(),
+        };
+        let agent = |p: i32| ("unicron.agent".to_string(), p);
+        processor
+            .reassigned(&[agent(0), agent(1)], None)
+            .await
+            .unwrap();
+        let heartbeat = AgentEvent::new("c1", "n1", 1_767_225_600_000, AgentEventKind::Heartbeat);
+        processor.detector.apply(&DetectorInput {
+            source: Source {
+                topic: "unicron.agent".into(),
+                partition: 0,
+                offset: 7,
+                index: 0,
+            },
+            observation: Observation::Agent(heartbeat),
+            caught_up: true,
+        });
+        assert_eq!(
+            processor.detector.idle_candidates().len(),
+            1,
+            "a deadline is pending"
+        );
+        processor
+            .reassigned(&[agent(0), agent(1)], None)
+            .await
+            .unwrap();
+        assert_eq!(processor.detector.idle_candidates().len(), 1, "kept");
+        processor.reassigned(&[agent(0)], None).await.unwrap();
+        assert!(processor.detector.idle_candidates().is_empty(), "reset");
+    }
 
     #[test]
     fn a_connection_loss_holds_the_timers_until_grace_after_the_latest_loss() {
