@@ -1,11 +1,11 @@
 //! Helpers for tests and benchmarks that run services on the embedded
-//! broker or on Apache Kafka ([`kafka`]). They panic with a clear message
-//! instead of returning errors: a test that cannot read its records has
-//! failed.
+//! broker or on Apache Kafka ([`kafka`]). The embedded broker's helpers
+//! panic with a clear message instead of returning errors: a test that
+//! cannot read its records has failed. [`kafka`] returns errors, because
+//! the chaos driver and the benchmarks run it too.
 
 pub mod kafka;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::codec::AvroCodec;
@@ -62,29 +62,4 @@ pub async fn stop_service(
         .await
         .expect("the service stops")
         .expect("the service task");
-}
-
-/// tansu, the standalone broker of the standalone-broker test group:
-/// `$TANSU`, or where `./dev test` installs it (`$UNICRON_CACHE`,
-/// `~/.cache/unicron`, CI's cache). `None` means skip the test, which is
-/// allowed only outside CI: under CI a missing tansu fails it.
-pub fn tansu_or_skip() -> Option<PathBuf> {
-    let cached = |dir: Option<PathBuf>| dir.map(|d| d.join("bin/tansu"));
-    let found = [
-        std::env::var_os("TANSU").map(PathBuf::from),
-        cached(std::env::var_os("UNICRON_CACHE").map(PathBuf::from)),
-        cached(std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/unicron"))),
-        cached(Some(PathBuf::from("/var/cache/unicron-tools"))),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|p| p.is_file());
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but tansu is missing: ./dev test installs it"
-        );
-        eprintln!("skipped: no tansu (set TANSU; it is required when CI is set)");
-    }
-    found
 }

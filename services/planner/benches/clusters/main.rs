@@ -215,12 +215,18 @@ impl Bus {
     }
 }
 
-/// The embedded broker's client configuration, without starting one.
+/// The embedded broker's client configuration, without starting one. It
+/// runs in another process here, so the consumers cannot tell it holds an
+/// empty fetch for all of `fetch.wait.max.ms`: set it as `up` does.
 fn embedded_config() -> KafkaConfig {
     let mut kafka = KafkaConfig::default();
     kafka.properties.insert(
         "session.timeout.ms".into(),
         unicron_bus::config::PropertyValue::Int(6000),
+    );
+    kafka.properties.insert(
+        "fetch.wait.max.ms".into(),
+        unicron_bus::config::PropertyValue::Int(5),
     );
     kafka
 }
@@ -318,7 +324,7 @@ pub fn node_name(n: usize) -> String {
 /// Every cluster's nodes and its 16 jobs, on the cluster topic. A
 /// cluster's records share a partition (keyed by cluster), so sending them
 /// all at once keeps their order; awaiting each would take a broker round
-/// trip a record (15 minutes for 1,000 clusters on tansu).
+/// trip a record (15 minutes for 1,000 clusters on a slow broker).
 async fn join_clusters(bus: &Bus, producer: &Producer, clusters: usize, nodes: usize) {
     let cluster_topic = bus.kafka.topic("cluster");
     let codec = AvroCodec::default();
