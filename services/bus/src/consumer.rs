@@ -231,7 +231,7 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
     }
 
     /// The partition's high watermark at the latest fetch, if known.
-    fn high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+    pub fn high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
         cached_high_watermark(self.inner.client(), topic, partition)
     }
 

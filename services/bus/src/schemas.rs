@@ -19,10 +19,11 @@ pub enum RecordType {
     CommandResult,
     DeadLetter,
     PlannerCheckpoint,
+    DetectorRound,
 }
 
 impl RecordType {
-    pub const ALL: [RecordType; 10] = [
+    pub const ALL: [RecordType; 11] = [
         RecordType::TelemetryBatch,
         RecordType::LogRecord,
         RecordType::AgentEvent,
@@ -33,6 +34,7 @@ impl RecordType {
         RecordType::CommandResult,
         RecordType::DeadLetter,
         RecordType::PlannerCheckpoint,
+        RecordType::DetectorRound,
     ];
 
     /// The record's name, as in the schema and in `topology/topics.toml`.
@@ -48,6 +50,7 @@ impl RecordType {
             RecordType::CommandResult => "CommandResult",
             RecordType::DeadLetter => "DeadLetter",
             RecordType::PlannerCheckpoint => "PlannerCheckpoint",
+            RecordType::DetectorRound => "DetectorRound",
         }
     }
 
@@ -70,6 +73,7 @@ impl RecordType {
             RecordType::PlannerCheckpoint => {
                 include_str!("../../../schemas/PlannerCheckpoint.avsc")
             }
+            RecordType::DetectorRound => include_str!("../../../schemas/DetectorRound.avsc"),
         }
     }
 
@@ -116,7 +120,8 @@ avro_record!(
     Command,
     CommandResult,
     DeadLetter,
-    PlannerCheckpoint
+    PlannerCheckpoint,
+    DetectorRound
 );
 
 impl AvroRecord for unicron_core::TelemetryBatch {

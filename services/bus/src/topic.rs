@@ -19,10 +19,11 @@ pub enum Topic {
     CommandResults,
     Dlq,
     PlannerCheckpoints,
+    DetectorRounds,
 }
 
 impl Topic {
-    pub const ALL: [Topic; 10] = [
+    pub const ALL: [Topic; 11] = [
         Topic::Telemetry,
         Topic::Logs,
         Topic::Agent,
@@ -33,6 +34,7 @@ impl Topic {
         Topic::CommandResults,
         Topic::Dlq,
         Topic::PlannerCheckpoints,
+        Topic::DetectorRounds,
     ];
 
     /// The name without the prefix, as in `topology/topics.toml`.
@@ -48,6 +50,7 @@ impl Topic {
             Topic::CommandResults => "command-results",
             Topic::Dlq => "dlq",
             Topic::PlannerCheckpoints => "planner-checkpoints",
+            Topic::DetectorRounds => "detector-rounds",
         }
     }
 
@@ -64,6 +67,7 @@ impl Topic {
             Topic::CommandResults => RecordType::CommandResult,
             Topic::Dlq => RecordType::DeadLetter,
             Topic::PlannerCheckpoints => RecordType::PlannerCheckpoint,
+            Topic::DetectorRounds => RecordType::DetectorRound,
         }
     }
 
@@ -78,7 +82,7 @@ impl Topic {
 /// Full topic names under one prefix, resolved once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topics {
-    names: [String; 10],
+    names: [String; 11],
 }
 
 impl Topics {

@@ -47,6 +47,7 @@ fn every_record_type_round_trips_through_its_schema() {
         round_trip(common::result(full));
         round_trip(common::dead_letter(full));
         round_trip(common::checkpoint(full));
+        round_trip(common::round(full));
     }
 }
 
@@ -98,7 +99,7 @@ fn previous(record: RecordType) -> Schema {
 }
 
 /// Record types v1 did not have: nothing old to stay compatible with.
-const SINCE_V1: [RecordType; 1] = [RecordType::PlannerCheckpoint];
+const SINCE_V1: [RecordType; 2] = [RecordType::PlannerCheckpoint, RecordType::DetectorRound];
 
 /// `schema` as JSON with each enum's symbols cut to those `old` has for
 /// the enum of that name, where `old`'s enum has a default: what an old

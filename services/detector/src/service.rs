@@ -1,7 +1,12 @@
 //! The detector's step: telemetry, logs, agent events and external
 //! records in; failures out. Its state is soft (rebuilt from the stream),
-//! so it runs without a store, at least once; failure ids are derived
-//! from input offsets, so a repeat is dropped downstream.
+//! so it runs without a store, at least once; failure ids are derived from
+//! what was found, so a repeat is dropped downstream.
+//!
+//! Records are applied in rounds (`unicron_core::detector::round`): each
+//! batch the consumer had ready, plus the idle ticks and timer holds of the
+//! moment, becomes one round record on the rounds topic, written before the
+//! failures it names; replay applies the same rounds to the same records.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -11,11 +16,14 @@ use unicron_bus::formats::{self, ExternalInput};
 use unicron_bus::{
     AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic, Topics,
 };
+use unicron_core::AgentEvent;
 use unicron_core::detector::{Detector, DetectorInput, DetectorOutput, Observation, Source};
-use unicron_core::{AgentEvent, FailureEvent, LogRecord, TelemetryBatch};
+use unicron_core::{
+    DetectorRound, FailureEvent, LogRecord, PartitionRef, RoundRange, RoundTick, TelemetryBatch,
+};
 use unicron_runtime::{
-    Applied, BusStatus, Durability, Injected, Never, Processor, Reading, RuntimeOptions, Step,
-    Store,
+    Applied, BatchEnd, BusStatus, Durability, Injected, Never, Outgoing, Processor, Reading,
+    RuntimeOptions, Step, Store,
 };
 
 use crate::error::DetectorError;
@@ -88,18 +96,13 @@ pub async fn run(
         durability: Durability::AtLeastOnce,
     };
     tracing::info!(group = %settings.group_id, topics = ?options.subscriptions, rules = rules.len(), "detector starting");
-    let mut processor = DetectorProcessor {
-        detector: Detector::new(settings.tuning.clone(), rules),
+    let mut processor = DetectorProcessor::new(
+        Detector::new(settings.tuning.clone(), rules),
         decoders,
-        failures_topic: topics.name(Topic::Failures).to_string(),
-        agent_topic: topics.name(Topic::Agent).to_string(),
-        agent_codec: AvroCodec::default(),
-        failure_codec: AvroCodec::default(),
-        // Lost connections are counted from the runtime's start.
-        outage: OutageHold::new(Duration::from_secs_f64(settings.outage_grace_s), 0),
-        idle: IdleTicks::new(Duration::from_secs_f64(settings.idle_tick_s)),
-        assigned: Vec::new(),
-    };
+        &topics,
+        settings,
+        instance_name(&settings.group_id),
+    );
     let kafka = with_topic_discovery(kafka, settings.new_topic_check_s);
     unicron_runtime::run(&kafka, brokers, &options, &mut processor, shutdown).await
 }
@@ -108,13 +111,172 @@ struct DetectorProcessor {
     detector: Detector,
     decoders: BTreeMap<String, Decoder>,
     failures_topic: String,
-    agent_topic: String,
-    agent_codec: AvroCodec<AgentEvent>,
+    rounds_topic: String,
     failure_codec: AvroCodec<FailureEvent>,
+    round_codec: AvroCodec<DetectorRound>,
     outage: OutageHold,
+    guard: LagGuard,
     idle: IdleTicks,
     /// The partitions the detector's state was built from.
     assigned: Vec<(String, i32)>,
+    round: PendingRound,
+}
+
+/// What the next round applies.
+#[derive(Default)]
+struct PendingRound {
+    /// This instance's name and the next round's number.
+    detector: String,
+    seq: i64,
+    reset: bool,
+    caught_up: Vec<PartitionRef>,
+    ticks: Vec<RoundTick>,
+    inputs: Vec<DetectorInput>,
+    /// The records the inputs came from, for ranges and dead letters.
+    records: Vec<InboundRecord>,
+}
+
+impl DetectorProcessor {
+    fn new(
+        detector: Detector,
+        decoders: BTreeMap<String, Decoder>,
+        topics: &Topics,
+        settings: &DetectorSettings,
+        instance: String,
+    ) -> DetectorProcessor {
+        DetectorProcessor {
+            detector,
+            decoders,
+            failures_topic: topics.name(Topic::Failures).to_string(),
+            rounds_topic: topics.name(Topic::DetectorRounds).to_string(),
+            failure_codec: AvroCodec::default(),
+            round_codec: AvroCodec::default(),
+            // Lost connections are counted from the runtime's start.
+            outage: OutageHold::new(Duration::from_secs_f64(settings.outage_grace_s), 0),
+            guard: LagGuard::new(settings.lag_guard_records, settings.lag_guard_s),
+            idle: IdleTicks::new(Duration::from_secs_f64(settings.idle_tick_s)),
+            assigned: Vec::new(),
+            round: PendingRound {
+                detector: instance,
+                ..PendingRound::default()
+            },
+        }
+    }
+
+    /// Applies the pending round: the round record, then its failures.
+    fn run_round(&mut self) -> Result<BatchEnd, DetectorError> {
+        let pending = &mut self.round;
+        if pending.inputs.is_empty() && pending.ticks.is_empty() && pending.caught_up.is_empty() {
+            return Ok(BatchEnd::default());
+        }
+        let mut round = DetectorRound {
+            detector: pending.detector.clone(),
+            seq: pending.seq,
+            reset: std::mem::take(&mut pending.reset),
+            silence_held: self.outage.held() || self.guard.held(),
+            caught_up: std::mem::take(&mut pending.caught_up),
+            ranges: ranges(&pending.records),
+            ticks: std::mem::take(&mut pending.ticks),
+            failures: Vec::new(),
+        };
+        pending.seq += 1;
+        let records = std::mem::take(&mut pending.records);
+        let inputs = std::mem::take(&mut pending.inputs);
+        let outputs = self.detector.apply_round(&round, inputs);
+        let mut failures = Vec::new();
+        let mut rejected: BTreeMap<(String, i32, i64), Vec<String>> = BTreeMap::new();
+        for out in outputs {
+            match out.output {
+                DetectorOutput::Failure(f) => failures.push(f),
+                DetectorOutput::Rejected(reason) => {
+                    if let Some(s) = out.source {
+                        rejected
+                            .entry((s.topic, s.partition, s.offset))
+                            .or_default()
+                            .push(reason);
+                    }
+                }
+            }
+        }
+        round.failures = failures.iter().map(|f| f.id.clone()).collect();
+        metrics::counter!("unicron_detector_rounds_total").increment(1);
+        let mut end = BatchEnd::default();
+        end.groups.push(vec![Outgoing {
+            topic: self.rounds_topic.clone(),
+            partition: None,
+            key: round.detector.clone().into_bytes(),
+            payload: self.round_codec.encode(&round)?,
+        }]);
+        let mut published = Vec::new();
+        for failure in &failures {
+            published.push(Outgoing {
+                topic: self.failures_topic.clone(),
+                partition: None,
+                key: failure.cluster.clone().into_bytes(),
+                payload: self.failure_codec.encode(failure)?,
+            });
+            record_failure(failure, records.iter().find(|r| is_source(r, failure)));
+        }
+        if !published.is_empty() {
+            end.groups.push(published);
+        }
+        for record in records {
+            if let Some(reasons) =
+                rejected.remove(&(record.topic.clone(), record.partition, record.offset))
+            {
+                let reason = match reasons.len() {
+                    1 => reasons[0].clone(),
+                    n => format!("{} (and {} more)", reasons[0], n - 1),
+                };
+                end.dead_letters.push((record, reason));
+            }
+        }
+        Ok(end)
+    }
+}
+
+/// Whether `record` is the one the failure's first evidence points at.
+fn is_source(record: &InboundRecord, failure: &FailureEvent) -> bool {
+    failure.evidence.first().is_some_and(|e| {
+        e.topic == record.topic && e.partition == record.partition && e.offset == record.offset
+    })
+}
+
+/// Runs of consecutive offsets per partition among `records`.
+fn ranges(records: &[InboundRecord]) -> Vec<RoundRange> {
+    let mut sorted: Vec<&InboundRecord> = records.iter().collect();
+    sorted
+        .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+    sorted.dedup_by(|a, b| (&a.topic, a.partition, a.offset) == (&b.topic, b.partition, b.offset));
+    let mut out: Vec<RoundRange> = Vec::new();
+    for r in sorted {
+        match out.last_mut() {
+            Some(run)
+                if run.topic == r.topic
+                    && run.partition == r.partition
+                    && run.last_offset + 1 == r.offset =>
+            {
+                run.last_offset = r.offset;
+                run.last_caught_up = r.caught_up;
+            }
+            _ => out.push(RoundRange {
+                topic: r.topic.clone(),
+                partition: r.partition,
+                first_offset: r.offset,
+                last_offset: r.offset,
+                last_caught_up: r.caught_up,
+            }),
+        }
+    }
+    out
+}
+
+/// A name no other run of a detector shares: its rounds are its own.
+fn instance_name(group: &str) -> String {
+    let started = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{group}-{}-{started}", std::process::id())
 }
 
 impl Processor for DetectorProcessor {
@@ -133,6 +295,8 @@ impl Processor for DetectorProcessor {
         }
     }
 
+    /// Queues the record's observations for the round that ends this
+    /// batch; problems with parts of it are dead-lettered now.
     fn apply(
         &mut self,
         decoded: formats::Decoded,
@@ -146,14 +310,15 @@ impl Processor for DetectorProcessor {
             problems = ?decoded.problems,
             "decoded"
         );
-        let started = Instant::now();
+        let now = Instant::now();
         for observation in &decoded.observations {
-            self.idle.heard_from(observation.cluster(), started);
+            self.idle.heard_from(observation.cluster(), now);
         }
-        let mut problems = decoded.problems;
-        let mut failures = Vec::new();
+        if !decoded.observations.is_empty() {
+            self.round.records.push(record.clone());
+        }
         for (index, observation) in decoded.observations.into_iter().enumerate() {
-            let input = DetectorInput {
+            self.round.inputs.push(DetectorInput {
                 source: Source {
                     topic: record.topic.clone(),
                     partition: record.partition,
@@ -162,25 +327,20 @@ impl Processor for DetectorProcessor {
                 },
                 observation,
                 caught_up: record.caught_up,
-            };
-            for output in self.detector.apply(&input) {
-                match output {
-                    DetectorOutput::Failure(f) => failures.push(f),
-                    DetectorOutput::Rejected(reason) => problems.push(reason),
-                }
-            }
+            });
         }
-        metrics::histogram!("unicron_detector_apply_seconds")
-            .record(started.elapsed().as_secs_f64());
-        for failure in &failures {
-            let payload = self.failure_codec.encode(failure)?;
-            step.publish(&self.failures_topic, failure.cluster.as_bytes(), payload);
-            record_failure(failure, record);
-        }
-        for problem in problems {
+        for problem in decoded.problems {
             step.dead_letter(problem);
         }
         Ok(Applied::Done)
+    }
+
+    fn end_batch(&mut self) -> Result<BatchEnd, DetectorError> {
+        let started = Instant::now();
+        let end = self.run_round()?;
+        metrics::histogram!("unicron_detector_round_seconds")
+            .record(started.elapsed().as_secs_f64());
+        Ok(end)
     }
 
     async fn act(&mut self, action: &Never) -> Never {
@@ -213,48 +373,75 @@ impl Processor for DetectorProcessor {
             "assignment changed: detector state reset"
         );
         self.detector.reset();
+        self.round.reset = true;
         self.assigned = assigned.to_vec();
         Ok(())
     }
 
     fn observe(&mut self, status: BusStatus) {
-        self.outage
-            .update(&mut self.detector, status.connection_losses, status.now);
+        self.outage.update(status.connection_losses, status.now);
+        self.publish_hold();
     }
 
     fn tick_every(&self) -> Option<Duration> {
-        self.idle.enabled().then(|| self.idle.check_every())
+        Some(self.idle.check_every())
     }
 
-    /// Idle ticks: written to the agent topic and applied here at once
-    /// (with several detectors the tick's partition may be another's).
-    /// Reading one back, here or in replay, moves the clock to the same time.
+    /// Notes partitions found read to their end, updates the lag guard and
+    /// queues idle ticks: all go into the round the runtime ends next.
     fn tick(&mut self, reading: &Reading<'_>) -> Vec<Injected> {
         for (topic, partition) in self.detector.behind_partitions() {
             if reading.caught_up(&topic, partition) {
                 self.detector.mark_caught_up(&topic, partition);
+                self.round.caught_up.push(PartitionRef { topic, partition });
             }
         }
-        let mut injected = Vec::new();
+        let lag = reading
+            .partitions()
+            .filter_map(|(topic, partition)| reading.lag(topic, partition))
+            .max()
+            .unwrap_or(0);
+        self.guard.update(lag, self.detector.partition_delay_ms());
+        self.outage.update_time(reading.status.now);
+        self.publish_hold();
+        if self.outage.held() || self.guard.held() {
+            return Vec::new();
+        }
         for tick in self.idle.due(&self.detector, reading.status.now) {
-            match self.agent_codec.encode(&tick) {
-                Ok(payload) => {
-                    metrics::counter!("unicron_detector_idle_ticks_total").increment(1);
-                    injected.push(Injected {
-                        topic: self.agent_topic.clone(),
-                        key: tick.cluster.clone().into_bytes(),
-                        payload,
-                    });
-                }
-                Err(error) => tracing::error!(%error, "cannot encode an idle tick"),
-            }
+            metrics::counter!("unicron_detector_idle_ticks_total").increment(1);
+            self.round.ticks.push(RoundTick {
+                cluster: tick.cluster,
+                time_ms: tick.time_ms,
+            });
         }
-        injected
+        Vec::new()
     }
 }
 
-/// Holds the detector's silence timers from a lost broker connection until
-/// `grace` after the first record read since the latest loss.
+impl DetectorProcessor {
+    /// Tells operators (log, metric) when the silence timers' hold changes;
+    /// the detector itself learns it from the next round.
+    fn publish_hold(&mut self) {
+        let held = self.outage.held() || self.guard.held();
+        if held != self.detector.silence_timers_held() {
+            if held {
+                tracing::warn!(
+                    outage = self.outage.held(),
+                    lag_guard = self.guard.held(),
+                    "heartbeat and hang timers held"
+                );
+            } else {
+                tracing::info!("heartbeat and hang timers released");
+            }
+            self.detector.hold_silence_timers(held);
+            metrics::gauge!(TIMERS_HELD).set(if held { 1.0 } else { 0.0 });
+        }
+        metrics::gauge!(LAG_GUARD).set(if self.guard.held() { 1.0 } else { 0.0 });
+    }
+}
+
+/// Holds the detector's silence timers from a lost broker connection
+/// until `grace` after the latest loss.
 struct OutageHold {
     grace: Duration,
     losses: u64,
@@ -270,31 +457,63 @@ impl OutageHold {
         }
     }
 
-    fn update(&mut self, detector: &mut Detector, losses: u64, now: Instant) {
+    fn held(&self) -> bool {
+        self.until.is_some()
+    }
+
+    fn update(&mut self, losses: u64, now: Instant) {
         if losses != self.losses && !self.grace.is_zero() {
             self.losses = losses;
             self.until = Some(now + self.grace);
-            if !detector.silence_timers_held() {
-                tracing::warn!(
-                    grace_s = self.grace.as_secs_f64(),
-                    "broker connection lost: heartbeat and hang timers held"
-                );
-                detector.hold_silence_timers(true);
-                metrics::gauge!(TIMERS_HELD).set(1.0);
-            }
-        } else if self.until.is_some_and(|until| now >= until) {
+        } else {
+            self.update_time(now);
+        }
+    }
+
+    fn update_time(&mut self, now: Instant) {
+        if self.until.is_some_and(|until| now >= until) {
             self.until = None;
-            tracing::info!("heartbeat and hang timers released");
-            detector.hold_silence_timers(false);
-            metrics::gauge!(TIMERS_HELD).set(0.0);
         }
     }
 }
 
+/// Holds the silence timers while the detector is behind its inputs: more
+/// than `records` unread on a partition, or a partition with unread records
+/// whose newest event time read trails the newest of any partition by more
+/// than `delay`. A node whose heartbeats wait in a lagging partition is not
+/// silent; verdicts wait until the detector catches up (0 turns a bound off).
+struct LagGuard {
+    records: u64,
+    delay_ms: i64,
+    held: bool,
+}
+
+impl LagGuard {
+    fn new(records: u64, delay_s: f64) -> LagGuard {
+        LagGuard {
+            records,
+            delay_ms: (delay_s * 1000.0).round() as i64,
+            held: false,
+        }
+    }
+
+    fn held(&self) -> bool {
+        self.held
+    }
+
+    fn update(&mut self, lag_records: i64, delay_ms: i64) {
+        metrics::gauge!("unicron_detector_input_lag_records").set(lag_records as f64);
+        metrics::gauge!("unicron_detector_partition_delay_seconds").set(delay_ms as f64 / 1000.0);
+        self.held = (self.records > 0 && lag_records as u64 > self.records)
+            || (self.delay_ms > 0 && delay_ms > self.delay_ms);
+    }
+}
+
 const TIMERS_HELD: &str = "unicron_detector_silence_timers_held";
+const LAG_GUARD: &str = "unicron_detector_lag_guard_held";
 
 /// The node name idle ticks carry: they come from the detector, not a node.
-pub const IDLE_TICK_NODE: &str = "unicron-detector";
+pub use unicron_core::detector::IDLE_TICK_NODE;
 
 /// Idle ticks: when a cluster with a pending timer has had no record for
 /// `after` of wall time on inputs read to their end, its clock moves by
@@ -317,9 +536,14 @@ impl IdleTicks {
         !self.after.is_zero()
     }
 
-    /// How often to look for idle clusters (a tick is at most this late).
+    /// How often to look for idle clusters (a tick is at most this late)
+    /// and at the lag guard.
     fn check_every(&self) -> Duration {
-        (self.after / 4).max(Duration::from_millis(100))
+        if self.enabled() {
+            (self.after / 4).max(Duration::from_millis(100))
+        } else {
+            Duration::from_millis(500)
+        }
     }
 
     fn heard_from(&mut self, cluster: &str, now: Instant) {
@@ -334,7 +558,7 @@ impl IdleTicks {
     /// The ticks due at `now`. None while silence timers are held: an
     /// outage is no evidence of silence.
     fn due(&mut self, detector: &Detector, now: Instant) -> Vec<AgentEvent> {
-        if detector.silence_timers_held() {
+        if !self.enabled() || detector.silence_timers_held() {
             return Vec::new();
         }
         let mut ticks = Vec::new();
@@ -360,7 +584,7 @@ impl IdleTicks {
 
 /// Logs and counts a published failure; `record` is what triggered it
 /// (an idle tick, with no Kafka timestamp, for timers).
-fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
+fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
     tracing::info!(
         id = %failure.id,
         kind = %failure.kind,
@@ -378,7 +602,7 @@ fn record_failure(failure: &FailureEvent, record: &InboundRecord) {
     // Wall-clock age of the triggering record: operational only, never an
     // input to a decision.
     if let (Some(produced), Ok(now)) = (
-        record.timestamp_ms,
+        record.and_then(|r| r.timestamp_ms),
         SystemTime::now().duration_since(UNIX_EPOCH),
     ) {
         let age = (now.as_millis() as i64 - produced).max(0) as f64 / 1000.0;
@@ -442,17 +666,13 @@ mod tests {
     async fn only_a_changed_assignment_resets_the_detector() {
         use unicron_core::detector::{DetectorInput, Observation, Source};
         use unicron_core::{AgentEvent, AgentEventKind};
-        let mut processor = DetectorProcessor {
-            detector: Detector::new(Default::default(), LogRules::builtin()),
-            decoders: BTreeMap::new(),
-            failures_topic: "unicron.failures".into(),
-            agent_topic: "unicron.agent".into(),
-            agent_codec: AvroCodec::default(),
-            failure_codec: AvroCodec::default(),
-            outage: OutageHold::new(Duration::from_secs(30), 0),
-            idle: IdleTicks::new(Duration::from_secs(2)),
-            assigned: Vec::new(),
-        };
+        let mut processor = DetectorProcessor::new(
+            Detector::new(Default::default(), LogRules::builtin()),
+            BTreeMap::new(),
+            &Topics::new(&KafkaConfig::default()),
+            &DetectorSettings::default(),
+            "d".into(),
+        );
         let agent = |p: i32| ("unicron.agent".to_string(), p);
         processor
             .reassigned(&[agent(0), agent(1)], None)
@@ -485,32 +705,78 @@ mod tests {
 
     #[test]
     fn a_connection_loss_holds_the_timers_until_grace_after_the_latest_loss() {
-        let mut detector = Detector::new(Default::default(), LogRules::builtin());
         let mut hold = OutageHold::new(Duration::from_secs(30), 4);
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        hold.update(&mut detector, 4, at(0));
-        assert!(!detector.silence_timers_held(), "no loss yet");
-        hold.update(&mut detector, 5, at(1));
-        assert!(detector.silence_timers_held());
-        hold.update(&mut detector, 5, at(20));
-        assert!(detector.silence_timers_held());
+        hold.update(4, at(0));
+        assert!(!hold.held(), "no loss yet");
+        hold.update(5, at(1));
+        assert!(hold.held());
+        hold.update(5, at(20));
+        assert!(hold.held());
         // Another loss within the hold extends it from then.
-        hold.update(&mut detector, 7, at(25));
-        hold.update(&mut detector, 7, at(54));
-        assert!(detector.silence_timers_held());
-        hold.update(&mut detector, 7, at(55));
-        assert!(
-            !detector.silence_timers_held(),
-            "released 30 s after the latest loss"
-        );
+        hold.update(7, at(25));
+        hold.update(7, at(54));
+        assert!(hold.held());
+        hold.update_time(at(55));
+        assert!(!hold.held(), "released 30 s after the latest loss");
     }
 
     #[test]
     fn a_zero_grace_never_holds() {
-        let mut detector = Detector::new(Default::default(), LogRules::builtin());
         let mut hold = OutageHold::new(Duration::ZERO, 0);
-        hold.update(&mut detector, 3, Instant::now());
-        assert!(!detector.silence_timers_held());
+        hold.update(3, Instant::now());
+        assert!(!hold.held());
+    }
+
+    #[test]
+    fn the_lag_guard_holds_beyond_either_bound_and_not_when_off() {
+        let mut guard = LagGuard::new(1_000, 15.0);
+        guard.update(10, 0);
+        assert!(!guard.held());
+        guard.update(1_001, 0);
+        assert!(guard.held(), "records");
+        guard.update(0, 15_001);
+        assert!(guard.held(), "event-time delay");
+        guard.update(0, 14_000);
+        assert!(!guard.held(), "released once caught up");
+        let mut off = LagGuard::new(0, 0.0);
+        off.update(1_000_000, 1_000_000);
+        assert!(!off.held());
+    }
+
+    /// Offsets of one partition make one range per run; the last record's
+    /// caught-up flag is the run's.
+    #[test]
+    fn ranges_are_runs_of_consecutive_offsets() {
+        let record = |topic: &str, partition, offset, caught_up| InboundRecord {
+            topic: topic.into(),
+            partition,
+            offset,
+            key: None,
+            payload: Vec::new(),
+            timestamp_ms: None,
+            caught_up,
+        };
+        let got = ranges(&[
+            record("t", 0, 5, false),
+            record("u", 1, 9, true),
+            record("t", 0, 3, false),
+            record("t", 0, 4, true),
+            record("t", 0, 4, true),
+        ]);
+        let brief: Vec<_> = got
+            .iter()
+            .map(|r| {
+                (
+                    r.topic.as_str(),
+                    r.partition,
+                    r.first_offset,
+                    r.last_offset,
+                    r.last_caught_up,
+                )
+            })
+            .collect();
+        assert_eq!(brief, vec![("t", 0, 3, 5, false), ("u", 1, 9, 9, true)]);
     }
 }

@@ -36,9 +36,17 @@ pub struct DetectorSettings {
     /// Wall-clock seconds after which a cluster with no new record on
     /// caught-up inputs gets an idle tick, so held symptoms and timers
     /// fire on a quiet input (a cluster whose only input is one log
-    /// stream, or whose nodes all died). Ticks are records on the agent
-    /// topic, so replay sees them. 0 turns them off.
+    /// stream, or whose nodes all died). Ticks are in the detector's
+    /// rounds, so replay sees them. 0 turns them off.
     pub idle_tick_s: f64,
+    /// Heartbeat and hang timers wait while a partition has more than this
+    /// many unread records (the detector is behind; a heartbeat may be
+    /// among them). 0 turns it off.
+    pub lag_guard_records: u64,
+    /// ... or while a partition with unread records trails the newest
+    /// partition by more than this many seconds of event time. 0 turns it
+    /// off.
+    pub lag_guard_s: f64,
 }
 
 impl Default for DetectorSettings {
@@ -51,6 +59,8 @@ impl Default for DetectorSettings {
             outage_grace_s: 30.0,
             new_topic_check_s: 300.0,
             idle_tick_s: 2.0,
+            lag_guard_records: 20_000,
+            lag_guard_s: 15.0,
         }
     }
 }
@@ -83,6 +93,7 @@ impl DetectorSettings {
         for (field, value, min) in [
             ("new_topic_check_s", self.new_topic_check_s, 0.1),
             ("idle_tick_s", self.idle_tick_s, 0.0),
+            ("lag_guard_s", self.lag_guard_s, 0.0),
         ] {
             if !(value.is_finite() && (min..=3600.0).contains(&value)) {
                 return Err(DetectorError::Config(format!(

@@ -637,7 +637,7 @@ async fn a_collector_topic_created_later_is_read_in_seconds_and_a_quiet_input_is
         ..DetectorSettings::default()
     });
     let failures = h.reader("failures", "t-failures");
-    let agent = h.reader("agent", "t-agent");
+    let rounds = h.reader("detector-rounds", "t-rounds");
     tokio::time::sleep(Duration::from_secs(3)).await; // subscribed, otlp_logs absent
 
     // The Collector starts after unicron: its topic appears now.
@@ -678,16 +678,20 @@ async fn a_collector_topic_created_later_is_read_in_seconds_and_a_quiet_input_is
         ),
         (FailureKind::NetworkError, Some("n1"), t)
     );
-    // The ticks that moved the clock are records, there for replay.
-    let ticks: Vec<AgentEvent> = read(&agent, 1).await;
-    assert_eq!(
-        (
-            ticks[0].idle_tick,
-            ticks[0].cluster.as_str(),
-            ticks[0].node.as_str()
-        ),
-        (true, "c1", unicron_detector::IDLE_TICK_NODE)
+    // The tick that moved the clock is in a round, there for replay, with
+    // the failure it released.
+    let released = loop {
+        let round: Vec<DetectorRound> = read(&rounds, 1).await;
+        if !round[0].ticks.is_empty() {
+            break round[0].clone();
+        }
+    };
+    assert_eq!(released.ticks[0].cluster, "c1");
+    assert!(
+        released.ticks[0].time_ms > t,
+        "{} after {t}",
+        released.ticks[0].time_ms
     );
-    assert!(ticks[0].time_ms > t, "{} after {t}", ticks[0].time_ms);
+    assert_eq!(released.failures, vec![got[0].id.clone()]);
     detector.stop().await;
 }

@@ -11,8 +11,8 @@ use unicron_core::detector::{Observation, Source};
 use unicron_core::planner::{Input, InputEvent};
 use unicron_core::replay::SourcedObservation;
 use unicron_core::{
-    AgentEvent, ClusterEvent, Command, CommandResult, Decision, FailureEvent, LogRecord,
-    TelemetryBatch,
+    AgentEvent, ClusterEvent, Command, CommandResult, Decision, DetectorRound, FailureEvent,
+    LogRecord, TelemetryBatch,
 };
 
 /// The history could not be read.
@@ -69,6 +69,12 @@ pub struct History {
     pub results: Vec<Recorded<CommandResult>>,
     pub decisions: Vec<Recorded<Decision>>,
     pub commands: Vec<Recorded<Command>>,
+    /// The detector's rounds; empty in a log written before rounds (replay
+    /// then re-derives failures in event-time order).
+    pub rounds: Vec<Recorded<DetectorRound>>,
+    /// Why the rounds could not be read, if they could not (a deployment
+    /// older than the topic).
+    pub rounds_unreadable: Option<String>,
     pub undecodable: u64,
     /// Topic names as configured (with the prefix).
     pub names: TopicNames,
@@ -86,6 +92,7 @@ pub struct TopicNames {
     pub results: String,
     pub decisions: String,
     pub commands: String,
+    pub rounds: String,
     /// The detector's external inputs, by full topic name.
     pub external: Vec<unicron_bus::formats::ExternalInput>,
 }
@@ -110,6 +117,7 @@ impl TopicNames {
             results: name(Topic::CommandResults),
             decisions: name(Topic::Decisions),
             commands: name(Topic::Commands),
+            rounds: name(Topic::DetectorRounds),
             external: Vec::new(),
             topics,
         }
@@ -241,6 +249,10 @@ impl History {
         h.results = load(origin, &read(&names.results), &mut bad)?;
         h.decisions = load(origin, &read(&names.decisions), &mut bad)?;
         h.commands = load(origin, &read(&names.commands), &mut bad)?;
+        match load(origin, &read(&names.rounds), &mut bad) {
+            Ok(rounds) => h.rounds = rounds,
+            Err(error) => h.rounds_unreadable = Some(format!("{error:#}")),
+        }
         h.undecodable = bad;
         Ok(h)
     }
@@ -260,6 +272,7 @@ impl History {
             + self.results.len()
             + self.decisions.len()
             + self.commands.len()
+            + self.rounds.len()
             + self.external.len()) as u64
     }
 

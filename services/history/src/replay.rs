@@ -9,7 +9,8 @@ use unicron_core::FailureEvent;
 use unicron_core::detector::{Detector, DetectorConfig, LogRules};
 use unicron_core::planner::{POLICY_VERSION, Planner, PlannerConfig, PolicyName};
 use unicron_core::replay::{
-    self, CommandDiff, Comparison, RecordedStep, compare_failures, detect_in_order, replay_planner,
+    self, CommandDiff, Comparison, RecordedStep, by_record, compare_failures, detect_in_order,
+    replay_planner, replay_rounds,
 };
 use unicron_core::signing::CommandSigner;
 
@@ -141,12 +142,31 @@ pub fn replay(
         detector: detector_config,
         rules,
     } = setup;
-    let mut detector = Detector::new(detector_config, rules);
+    let mut detector = Detector::new(detector_config.clone(), rules.clone());
     let replayed_failures = detect_in_order(&mut detector, observations.clone());
-    let failures = compare_failures(&recorded_failures, &replayed_failures, |f| {
-        in_window(options, &f.cluster, f.first_evidence_ms)
-    });
-
+    // With rounds, the detector is replayed exactly as it ran; without
+    // (a log older than rounds), by event time, compared by what was found.
+    let failures = if history.rounds.is_empty() {
+        compare_failures(&recorded_failures, &replayed_failures, |f| {
+            in_window(options, &f.cluster, f.first_evidence_ms)
+        })
+    } else {
+        on_phase("replaying detector rounds");
+        let rounds: Vec<_> = history.rounds.iter().map(|r| r.record.clone()).collect();
+        let all_observations = if options.cluster.is_some() {
+            history.observations(None)
+        } else {
+            observations.clone()
+        };
+        let replayed = replay_rounds(
+            &rounds,
+            &by_record(&all_observations),
+            &recorded_failures,
+            || Detector::new(detector_config.clone(), rules.clone()),
+            |f| in_window(options, &f.cluster, f.first_evidence_ms),
+        );
+        replayed.comparison
+    };
     let what_if = if options.policy.is_some() || what_if.is_some() {
         on_phase("what-if");
         let alt = what_if.as_ref().map_or(&planner_config, |w| &w.planner);

@@ -61,6 +61,17 @@ impl Outgoing {
     }
 }
 
+/// What a processor that applies records in rounds returns at the end of
+/// one ([`Processor::end_batch`]).
+#[derive(Debug, Default)]
+pub struct BatchEnd {
+    /// Sent in order, each group delivered before the next is sent (the
+    /// detector's round record before the failures it names).
+    pub groups: Vec<Vec<Outgoing>>,
+    /// Records (or parts of them) found unusable, with the reason.
+    pub dead_letters: Vec<(InboundRecord, String)>,
+}
+
 /// The consumer's connection, as a processor may need to know it.
 #[derive(Debug, Clone, Copy)]
 pub struct BusStatus {
@@ -74,10 +85,25 @@ pub struct BusStatus {
 pub struct Reading<'a> {
     pub(crate) last_read: &'a std::collections::BTreeMap<(String, i32), i64>,
     pub(crate) caught_up: &'a (dyn Fn(&str, i32, i64) -> bool + Sync),
+    pub(crate) high_watermark: &'a (dyn Fn(&str, i32) -> Option<i64> + Sync),
     pub status: BusStatus,
 }
 
 impl Reading<'_> {
+    /// Records on the partition not read yet, by the high watermark of the
+    /// latest fetch; `None` before a record of it was read or a fetch
+    /// answered.
+    pub fn lag(&self, topic: &str, partition: i32) -> Option<i64> {
+        let offset = self.last_read.get(&(topic.to_string(), partition))?;
+        let high = (self.high_watermark)(topic, partition)?;
+        Some((high - offset - 1).max(0))
+    }
+
+    /// The partitions read from so far.
+    pub fn partitions(&self) -> impl Iterator<Item = (&str, i32)> {
+        self.last_read.keys().map(|(t, p)| (t.as_str(), *p))
+    }
+
     /// Whether the last record read from the partition is its newest.
     pub fn caught_up(&self, topic: &str, partition: i32) -> bool {
         self.last_read
@@ -172,5 +198,13 @@ pub trait Processor: Send {
     /// and apply.
     fn tick(&mut self, _reading: &Reading<'_>) -> Vec<Injected> {
         Vec::new()
+    }
+
+    /// Called when the records of a batch (or a tick) are handled, before
+    /// they are marked done, for a processor that applies what it read in
+    /// rounds (the detector). At least once: for processors without a
+    /// store, whose outputs are sent before the records are marked done.
+    fn end_batch(&mut self) -> Result<BatchEnd, Self::Error> {
+        Ok(BatchEnd::default())
     }
 }

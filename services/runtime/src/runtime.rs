@@ -143,7 +143,8 @@ pub async fn run<P: Processor>(
                 let status = BusStatus { connection_losses: membership.connection_losses(), now: Instant::now() };
                 let injected = {
                     let caught_up = |topic: &str, partition: i32, offset: i64| consumer.caught_up_with(topic, partition, offset);
-                    processor.tick(&Reading { last_read: &last_read, caught_up: &caught_up, status })
+                    let high_watermark = |topic: &str, partition: i32| consumer.high_watermark(topic, partition);
+                    processor.tick(&Reading { last_read: &last_read, caught_up: &caught_up, high_watermark: &high_watermark, status })
                 };
                 for injected in injected {
                     let at = producer
@@ -162,6 +163,8 @@ pub async fn run<P: Processor>(
                     driver.handle(processor, &record, false).await?;
                     driver.flush().await?;
                 }
+                driver.end_batch(processor).await?;
+                driver.flush().await?;
                 driver.report(processor, true).await?;
                 continue;
             }
@@ -190,6 +193,7 @@ pub async fn run<P: Processor>(
             if read_in != generation {
                 // What was read before the rebalance is committed before
                 // the processor hears of it (a takeover reads the store).
+                driver.end_batch(processor).await?;
                 driver.flush().await?;
                 driver.report(processor, false).await?;
                 generation = read_in;
@@ -215,6 +219,7 @@ pub async fn run<P: Processor>(
             };
             // An action runs outside any step: what was staged so far,
             // this record's step among it, commits first.
+            driver.end_batch(processor).await?;
             driver.flush().await?;
             driver.report(processor, false).await?;
             let outcome = tokio::select! {
@@ -230,9 +235,11 @@ pub async fn run<P: Processor>(
             driver.stage(&record, staged, true).await?;
             driver.done(record);
         }
+        driver.end_batch(processor).await?;
         driver.flush().await?;
         driver.report(processor, false).await?;
     }
+    driver.end_batch(processor).await?;
     driver.flush().await?;
     consumer.commit_now().map_err(RuntimeError::from)?;
     tracing::info!(service = options.service, "stopped");
@@ -282,6 +289,42 @@ impl Driver<'_> {
             let sent = send(self.producer, &records).await?;
             self.published.extend(sent);
         }
+        Ok(())
+    }
+
+    /// Sends what a round-applying processor returns at the end of a
+    /// batch: its groups in order, each delivered before the next, then
+    /// its dead letters.
+    async fn end_batch<P: Processor>(&mut self, processor: &mut P) -> Result<(), P::Error> {
+        let end = processor.end_batch()?;
+        for group in &end.groups {
+            let records: Vec<Outbound<'_>> = group.iter().map(Outgoing::outbound).collect();
+            let sent = send(self.producer, &records).await?;
+            self.published.extend(sent);
+        }
+        let mut letters = Vec::new();
+        for (record, reason) in &end.dead_letters {
+            letters.push(
+                encode_dead_letter(
+                    record,
+                    reason,
+                    self.service,
+                    self.dlq_payload_bytes,
+                    &self.dead_letter_codec,
+                )
+                .map_err(RuntimeError::from)?,
+            );
+        }
+        let records: Vec<Outbound<'_>> = letters
+            .iter()
+            .map(|(key, payload)| Outbound {
+                topic: &self.dlq_topic,
+                partition: None,
+                key,
+                payload,
+            })
+            .collect();
+        send(self.producer, &records).await?;
         Ok(())
     }
 

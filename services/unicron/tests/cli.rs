@@ -635,6 +635,9 @@ fn tamper_with_a_command(from: &std::path::Path, to: &std::path::Path) -> String
             RecordType::PlannerCheckpoint => {
                 copy::<PlannerCheckpoint>(&file, rt, w, &mut |_| false)
             }
+            RecordType::DetectorRound => {
+                copy::<unicron_core::DetectorRound>(&file, rt, w, &mut |_| false)
+            }
             RecordType::Command => copy::<Command>(&file, rt, w, &mut |c: &mut Command| {
                 if changed.is_none() && !c.nodes.is_empty() {
                     c.nodes = vec!["node-999".into()];

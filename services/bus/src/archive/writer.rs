@@ -183,6 +183,7 @@ impl ArchiveWriter {
             RecordType::PlannerCheckpoint => {
                 self.append_typed::<unicron_core::PlannerCheckpoint>(record)
             }
+            RecordType::DetectorRound => self.append_typed::<unicron_core::DetectorRound>(record),
         }
     }
 

@@ -263,3 +263,35 @@ pub fn checkpoint(full: bool) -> PlannerCheckpoint {
         }),
     }
 }
+
+pub fn round(full: bool) -> unicron_core::DetectorRound {
+    use unicron_core::{DetectorRound, PartitionRef, RoundRange, RoundTick};
+    if !full {
+        return DetectorRound {
+            detector: "d1".into(),
+            ..DetectorRound::default()
+        };
+    }
+    DetectorRound {
+        detector: "host-1-42".into(),
+        seq: 9,
+        reset: true,
+        silence_held: true,
+        caught_up: vec![PartitionRef {
+            topic: "unicron.agent".into(),
+            partition: 3,
+        }],
+        ranges: vec![RoundRange {
+            topic: "unicron.telemetry".into(),
+            partition: 1,
+            first_offset: 100,
+            last_offset: 131,
+            last_caught_up: true,
+        }],
+        ticks: vec![RoundTick {
+            cluster: "c1".into(),
+            time_ms: 1_767_225_600_000,
+        }],
+        failures: vec!["f:c1:gpu_ecc:n1:1767225600000:0a1b2c3d4e5f".into()],
+    }
+}

@@ -96,6 +96,10 @@ impl ClusterClock {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct PartitionClock {
     newest_ms: Option<i64>,
+    /// The highest offset read: only it says whether the partition is
+    /// behind (a round applies its records in event-time order, not offset
+    /// order).
+    last_offset: Option<i64>,
     /// The consumer has unread records on it.
     behind: bool,
 }
@@ -132,6 +136,10 @@ impl SourceClocks {
                 .or_default(),
         };
         clock.newest_ms = clock.newest_ms.max(accepted_ms);
+        if clock.last_offset.is_some_and(|last| source.offset < last) {
+            return;
+        }
+        clock.last_offset = Some(source.offset);
         match (clock.behind, caught_up) {
             (false, false) => self.behind += 1,
             (true, true) => self.behind -= 1,
@@ -168,6 +176,25 @@ impl SourceClocks {
                     .map(move |(p, _)| (topic.clone(), *p))
             })
             .collect()
+    }
+
+    /// How far the partition furthest behind trails in event time: the
+    /// newest time read on any partition less the newest read on a
+    /// partition that still has unread records; 0 when none has.
+    pub fn delay_ms(&self) -> i64 {
+        if self.behind == 0 {
+            return 0;
+        }
+        let clocks = || self.clocks.values().flat_map(|p| p.values());
+        let Some(newest) = clocks().filter_map(|c| c.newest_ms).max() else {
+            return 0;
+        };
+        clocks()
+            .filter(|c| c.behind)
+            .filter_map(|c| c.newest_ms)
+            .map(|t| newest - t)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether every partition of `sources` (partitions by topic) has been

@@ -19,6 +19,7 @@ pub mod correlate;
 pub mod metric_rules;
 mod observe;
 pub mod progress;
+mod round;
 pub mod rules;
 mod timers;
 
@@ -36,6 +37,7 @@ pub use config::{CounterRule, DetectorConfig, GaugeRule};
 use correlate::{Candidate, Correlator, Group, Offer};
 use metric_rules::MetricState;
 use progress::JobProgress;
+pub use round::{IDLE_TICK_NODE, RoundOutput};
 pub use rules::{Classified, LogRules, RulesError};
 use timers::HeartbeatDeadlines;
 
@@ -71,6 +73,15 @@ impl Observation {
             Observation::Log(r) => &r.node,
             Observation::Telemetry(b) => &b.node,
             Observation::Agent(e) => &e.node,
+        }
+    }
+
+    /// The event time inputs are ordered by: the newest time it carries.
+    pub fn time_ms(&self) -> i64 {
+        match self {
+            Observation::Log(r) => r.time_ms,
+            Observation::Agent(a) => a.time_ms,
+            Observation::Telemetry(t) => t.samples.iter().map(|s| s.time_ms).max().unwrap_or(0),
         }
     }
 }
@@ -201,6 +212,12 @@ impl Detector {
         self.clocks.behind_partitions()
     }
 
+    /// How far the input partition furthest behind trails the newest in
+    /// event time (see the service's lag guard), ms.
+    pub fn partition_delay_ms(&self) -> i64 {
+        self.clocks.delay_ms()
+    }
+
     /// The service found `partition` read to its end after all (its
     /// latest record looked behind when read, and nothing followed): it no
     /// longer holds the watermark back. Only the live service knows this;
@@ -263,11 +280,10 @@ impl Detector {
         }
         let emitted = std::mem::take(&mut pass.emitted);
         let detected_ms = pass.view.clock.now().unwrap_or(0);
-        for (n, (candidate, severity)) in emitted.into_iter().enumerate() {
+        for (candidate, severity) in emitted {
             self.stats.failures += 1;
             outputs.push(DetectorOutput::Failure(failure_event(
-                input,
-                n,
+                obs.cluster(),
                 candidate,
                 severity,
                 detected_ms,
@@ -287,23 +303,18 @@ fn rejection(rejected: &[String]) -> Option<DetectorOutput> {
     }))
 }
 
-/// The `n`th failure emitted on `input`.
+/// The failure a candidate makes. Its id is derived from what was found,
+/// never from the record that happened to complete it, so the same failure
+/// gets the same id whatever order partitions were read in and however
+/// often a record is redelivered (the planner drops the repeat).
 fn failure_event(
-    input: &DetectorInput,
-    n: usize,
+    cluster: &str,
     candidate: Candidate,
     severity: Severity,
     detected_ms: i64,
 ) -> FailureEvent {
-    let cluster = input.observation.cluster();
-    let Source {
-        topic,
-        partition,
-        offset,
-        index,
-    } = &input.source;
-    FailureEvent {
-        id: format!("f:{cluster}:{topic}:{partition}:{offset}:{index}:{n}"),
+    let mut f = FailureEvent {
+        id: String::new(),
         cluster: cluster.to_string(),
         node: candidate.node,
         gpu: candidate.gpu,
@@ -316,7 +327,43 @@ fn failure_event(
         evidence: candidate.evidence,
         first_evidence_ms: candidate.time_ms,
         detected_ms: detected_ms.max(candidate.time_ms),
+    };
+    f.id = failure_id(&f);
+    f
+}
+
+/// `f:{cluster}:{kind}:{node}:{first evidence ms}:{digest}`, the digest
+/// covering the rest of what identifies the failure (job, rank, GPU,
+/// severity, method, rule). Readable in a log line, stable across
+/// versions of Rust (sha256, not the std hasher).
+pub fn failure_id(f: &FailureEvent) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [
+        f.job.as_deref().unwrap_or("-"),
+        &f.rank.map_or("-".into(), |r| r.to_string()),
+        &f.gpu.map_or("-".into(), |g| g.to_string()),
+        f.severity.symbol(),
+        f.method.symbol(),
+        f.rule.as_deref().unwrap_or("-"),
+    ] {
+        hash.update(part.as_bytes());
+        hash.update([0]);
     }
+    let digest = hash.finalize();
+    format!(
+        "f:{}:{}:{}:{}:{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+        f.cluster,
+        f.kind.symbol(),
+        f.node.as_deref().unwrap_or("-"),
+        f.first_evidence_ms,
+        digest[0],
+        digest[1],
+        digest[2],
+        digest[3],
+        digest[4],
+        digest[5]
+    )
 }
 
 impl ClusterView {

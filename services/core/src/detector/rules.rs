@@ -125,11 +125,13 @@ pub struct Classified {
     pub node: Option<String>,
 }
 
+#[derive(Clone)]
 enum RuleKind {
     Fixed(FailureKind),
     Xid,
 }
 
+#[derive(Clone)]
 struct Rule {
     name: String,
     kind: RuleKind,
@@ -139,6 +141,7 @@ struct Rule {
 }
 
 /// The compiled rule set.
+#[derive(Clone)]
 pub struct LogRules {
     rules: Vec<Rule>,
     prefilter: AhoCorasick,

@@ -1,0 +1,313 @@
+//! The detector applied in rounds: the same records read in different
+//! interleavings across partitions, and redelivered after a crash, give
+//! the same failures with the same ids, and replaying the recorded rounds
+//! re-derives exactly what each live run emitted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use unicron_core::detector::{
+    Detector, DetectorConfig, DetectorInput, DetectorOutput, LogRules, Observation, Source,
+};
+use unicron_core::replay::{SourcedObservation, by_record, replay_rounds};
+use unicron_core::*;
+
+const T0: i64 = 1_767_225_600_000;
+const AGENT: &str = "unicron.agent";
+const LOGS: &str = "unicron.logs";
+
+fn config() -> DetectorConfig {
+    DetectorConfig {
+        allowed_lateness_s: 5.0,
+        ..DetectorConfig::default()
+    }
+}
+
+fn detector() -> Detector {
+    Detector::new(config(), LogRules::builtin())
+}
+
+/// A record as the broker holds it: where, what, and when it became
+/// readable (ms after T0).
+#[derive(Clone)]
+struct Stored {
+    source: Source,
+    observation: Observation,
+    arrives: i64,
+}
+
+/// Three nodes of one job, each on its own agent partition, heartbeating
+/// and finishing an iteration every second; n3 dies at 20 s and n1 logs
+/// an NCCL timeout at 26 s (a symptom of the loss, absorbed by it). `late_ms` delays partition 1's arrivals.
+fn log_of_a_cluster(late_ms: i64) -> Vec<Stored> {
+    let mut out = Vec::new();
+    let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut put = |topic: &str, partition: i32, observation: Observation, arrives: i64| {
+        let offset = offsets.entry((topic.to_string(), partition)).or_insert(0);
+        out.push(Stored {
+            source: Source {
+                topic: topic.into(),
+                partition,
+                offset: *offset,
+                index: 0,
+            },
+            observation,
+            arrives,
+        });
+        *offset += 1;
+    };
+    for s in 0..40 {
+        for (p, node) in ["n1", "n2", "n3"].into_iter().enumerate() {
+            if node == "n3" && s >= 20 {
+                continue;
+            }
+            let t = T0 + s * 1000 + p as i64 * 10;
+            let arrives = t - T0 + if p == 1 { late_ms } else { 0 };
+            let mut beat = AgentEvent::new("c1", node, t, AgentEventKind::Heartbeat);
+            beat.job = Some("j1".into());
+            put(AGENT, p as i32, Observation::Agent(beat), arrives);
+            let mut done = AgentEvent::new("c1", node, t + 1, AgentEventKind::IterationDone);
+            done.job = Some("j1".into());
+            done.rank = Some(p as i32);
+            done.iteration = Some(s);
+            done.iteration_time_ms = Some(1000.0);
+            put(AGENT, p as i32, Observation::Agent(done), arrives + 1);
+        }
+        if s == 26 {
+            let line = LogRecord {
+                cluster: "c1".into(),
+                node: "n1".into(),
+                time_ms: T0 + s * 1000 + 500,
+                job: Some("j1".into()),
+                rank: Some(0),
+                gpu: None,
+                source: "stderr".into(),
+                attributes: BTreeMap::new(),
+                line: "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.".into(),
+            };
+            put(LOGS, 0, Observation::Log(line), s * 1000 + 500);
+        }
+    }
+    out
+}
+
+/// A live detector instance: reads what has arrived, in arrival order
+/// (ties by partition), `batch` records a round, as the service does.
+struct Live {
+    detector: Detector,
+    name: String,
+    seq: i64,
+    rounds: Vec<DetectorRound>,
+    published: Vec<FailureEvent>,
+}
+
+impl Live {
+    fn new(name: &str) -> Live {
+        Live {
+            detector: detector(),
+            name: name.into(),
+            seq: 0,
+            rounds: Vec::new(),
+            published: Vec::new(),
+        }
+    }
+
+    /// Applies `batch` (records read together) as one round; `publish`
+    /// false: the instance dies after writing the round, before its
+    /// failures are out.
+    fn round(&mut self, batch: &[(Stored, bool)], publish: bool) {
+        let mut ranges: Vec<RoundRange> = Vec::new();
+        let mut sorted: Vec<&(Stored, bool)> = batch.iter().collect();
+        sorted.sort_by_key(|(s, _)| (s.source.topic.clone(), s.source.partition, s.source.offset));
+        for (s, caught_up) in sorted {
+            match ranges.last_mut() {
+                Some(r)
+                    if r.topic == s.source.topic
+                        && r.partition == s.source.partition
+                        && r.last_offset + 1 == s.source.offset =>
+                {
+                    r.last_offset = s.source.offset;
+                    r.last_caught_up = *caught_up;
+                }
+                _ => ranges.push(RoundRange {
+                    topic: s.source.topic.clone(),
+                    partition: s.source.partition,
+                    first_offset: s.source.offset,
+                    last_offset: s.source.offset,
+                    last_caught_up: *caught_up,
+                }),
+            }
+        }
+        let mut round = DetectorRound {
+            detector: self.name.clone(),
+            seq: self.seq,
+            ranges,
+            ..DetectorRound::default()
+        };
+        self.seq += 1;
+        let inputs = batch
+            .iter()
+            .map(|(s, caught_up)| DetectorInput {
+                source: s.source.clone(),
+                observation: s.observation.clone(),
+                caught_up: *caught_up,
+            })
+            .collect();
+        let failures: Vec<FailureEvent> = self
+            .detector
+            .apply_round(&round, inputs)
+            .into_iter()
+            .map(|o| match o.output {
+                DetectorOutput::Failure(f) => f,
+                DetectorOutput::Rejected(r) => panic!("rejected: {r}"),
+            })
+            .collect();
+        round.failures = failures.iter().map(|f| f.id.clone()).collect();
+        self.rounds.push(round);
+        if publish {
+            self.published.extend(failures);
+        }
+    }
+}
+
+/// Reads `log` in arrival order, `batch` records a round; a record is
+/// caught up when nothing newer on its partition had arrived by the time
+/// its batch was read.
+fn batches(log: &[Stored], batch: usize) -> Vec<Vec<(Stored, bool)>> {
+    let mut order: Vec<&Stored> = log.iter().collect();
+    order.sort_by_key(|s| (s.arrives, s.source.partition, s.source.offset));
+    order
+        .chunks(batch)
+        .map(|chunk| {
+            let read_at = chunk.iter().map(|s| s.arrives).max().unwrap();
+            chunk
+                .iter()
+                .map(|s| {
+                    let newer_arrived = log.iter().any(|o| {
+                        o.source.topic == s.source.topic
+                            && o.source.partition == s.source.partition
+                            && o.source.offset > s.source.offset
+                            && o.arrives <= read_at
+                    });
+                    ((*s).clone(), !newer_arrived)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn observations(log: &[Stored]) -> BTreeMap<(String, i32, i64), Vec<SourcedObservation>> {
+    let all: Vec<SourcedObservation> = log
+        .iter()
+        .map(|s| SourcedObservation {
+            source: s.source.clone(),
+            observation: s.observation.clone(),
+        })
+        .collect();
+    by_record(&all)
+}
+
+fn run(log: &[Stored], batch: usize) -> Live {
+    let mut live = Live::new("d-a");
+    for b in batches(log, batch) {
+        live.round(&b, true);
+    }
+    live
+}
+
+/// What a failure is, without when it happened to be noticed.
+fn found(failures: &[FailureEvent]) -> BTreeSet<(String, String, Option<String>, i64)> {
+    failures
+        .iter()
+        .map(|f| {
+            (
+                f.id.clone(),
+                f.kind.to_string(),
+                f.node.clone(),
+                f.first_evidence_ms,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn two_interleavings_give_the_same_failures_and_ids_and_each_replays_exactly() {
+    let in_step = log_of_a_cluster(0);
+    let skewed = log_of_a_cluster(3_000);
+    let a = run(&in_step, 4);
+    let b = run(&skewed, 7);
+    let lost: Vec<_> = a
+        .published
+        .iter()
+        .filter(|f| f.kind == FailureKind::LostConnection)
+        .collect();
+    assert_eq!(lost.len(), 1, "{:#?}", a.published);
+    assert_eq!(lost[0].node.as_deref(), Some("n3"));
+    assert_eq!(found(&a.published), found(&b.published));
+
+    for (live, log) in [(&a, &in_step), (&b, &skewed)] {
+        let replayed = replay_rounds(
+            &live.rounds,
+            &observations(log),
+            &live.published,
+            detector,
+            |_| true,
+        );
+        assert_eq!(replayed.comparison.diverged, 0, "{:?}", replayed.comparison);
+        assert!(replayed.comparison.identical > 0);
+        assert_eq!(
+            replayed.failures, live.published,
+            "exactly, detection times too"
+        );
+    }
+}
+
+#[test]
+fn a_crash_and_redelivery_repeat_the_same_ids_and_replay_still_agrees() {
+    let log = log_of_a_cluster(1_000);
+    let whole = run(&log, 5);
+    let all = batches(&log, 5);
+    let cut = all.len() * 3 / 5;
+    let mut first = Live::new("d-1");
+    for (i, b) in all[..cut].iter().enumerate() {
+        // Dies after writing its last round, before publishing it.
+        first.round(b, i + 1 < cut);
+    }
+    // The next instance starts afresh and reads everything again (its
+    // group's committed offsets were at the start).
+    let mut second = Live::new("d-2");
+    for b in &all {
+        second.round(b, true);
+    }
+    let mut published = first.published.clone();
+    published.extend(second.published.clone());
+    let ids = |f: &[FailureEvent]| f.iter().map(|f| f.id.clone()).collect::<BTreeSet<_>>();
+    assert_eq!(ids(&published), ids(&whole.published));
+
+    let mut rounds = first.rounds.clone();
+    rounds.extend(second.rounds.clone());
+    let replayed = replay_rounds(&rounds, &observations(&log), &published, detector, |_| true);
+    assert_eq!(replayed.comparison.diverged, 0, "{:?}", replayed.comparison);
+}
+
+/// The check can fail: a round that names a record the live run did not
+/// apply makes replay disagree.
+#[test]
+fn replay_finds_a_round_that_does_not_match_the_records() {
+    let log = log_of_a_cluster(0);
+    let live = run(&log, 4);
+    let mut rounds = live.rounds.clone();
+    let target = rounds
+        .iter()
+        .position(|r| !r.failures.is_empty())
+        .expect("a round emitted a failure");
+    rounds[target].failures.clear();
+    let replayed = replay_rounds(
+        &rounds,
+        &observations(&log),
+        &live.published,
+        detector,
+        |_| true,
+    );
+    assert!(replayed.comparison.diverged >= 1);
+    assert_eq!(replayed.comparison.first_divergence.unwrap().what, "round");
+}
