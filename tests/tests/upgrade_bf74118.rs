@@ -223,7 +223,9 @@ fn old_planner_state_dir_opens_and_resumes_where_it_stopped() {
         assert_eq!(format!("cluster/{}", state.id), key);
         let old: serde_json::Value = serde_json::from_slice(bytes).unwrap();
         kept(&old, &serde_json::to_value(&state).unwrap(), &key);
-        restored.restore(state);
+        restored
+            .restore(state)
+            .unwrap_or_else(|e| panic!("{key}: old state is refused: {e}"));
     }
 
     // It is the state the recorded decisions build in the current planner:

@@ -22,6 +22,9 @@ use crate::settings::ArchiverSettings;
 const SERVICE: &str = "archiver";
 /// How often files are checked for their age.
 const ROLL_CHECK: Duration = Duration::from_secs(1);
+/// At a stop, how long the archiver keeps reading to the ends it took; a
+/// broker that is gone must not hold the stop up for longer.
+const TAIL_LIMIT: Duration = Duration::from_secs(30);
 
 const RECORDS: &str = "unicron_archiver_records_total";
 const FILES: &str = "unicron_archiver_files_total";
@@ -40,7 +43,9 @@ pub enum ArchiverError {
 }
 
 /// Runs the archiver until `shutdown` completes or an unrecoverable error.
-/// On shutdown every open file is closed and its offsets committed.
+/// On shutdown it takes each assigned partition's high watermark, reads
+/// up to it (the records published just before the stop are archived, not
+/// left to chance), then closes every open file and commits its offsets.
 pub async fn run(
     kafka: &KafkaConfig,
     brokers: &str,
@@ -88,11 +93,44 @@ pub async fn run(
         }
         store(&consumer, writer.take_settled());
     }
+    read_to_the_end(&consumer, &mut writer, &topics, &dlq).await?;
     let closed = writer.close_all()?;
     count(&closed);
     store(&consumer, writer.take_settled());
     consumer.commit_now()?;
     tracing::info!(files = closed.len(), "archiver stopped");
+    Ok(())
+}
+
+/// Reads every assigned partition up to the high watermark it has now.
+async fn read_to_the_end(
+    consumer: &Consumer,
+    writer: &mut ArchiveWriter,
+    topics: &BTreeMap<String, RecordType>,
+    dlq: &DeadLetterSink,
+) -> Result<(), ArchiverError> {
+    let mut ends = consumer.unread_ends(Duration::from_secs(5))?;
+    let unread = ends.len();
+    let deadline = tokio::time::Instant::now() + TAIL_LIMIT;
+    while !ends.is_empty() {
+        let record = match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(record) => record?,
+            Err(_) => {
+                tracing::warn!(
+                    partitions = ends.len(),
+                    "stopping before the end of some partitions: the broker did not deliver them in time"
+                );
+                break;
+            }
+        };
+        archive(writer, topics, dlq, &record).await?;
+        store(consumer, writer.take_settled());
+        let key = (record.topic.clone(), record.partition);
+        if ends.get(&key).is_some_and(|end| record.offset + 1 >= *end) {
+            ends.remove(&key);
+        }
+    }
+    tracing::info!(partitions = unread, "read to the end before stopping");
     Ok(())
 }
 

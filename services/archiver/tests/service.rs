@@ -304,3 +304,48 @@ async fn every_record_is_archived_once_across_a_restart() {
     check(dir.path(), &sent);
     drop(broker);
 }
+
+/// A stop right after the last records were published, with both cores
+/// busy: the archiver reads to the ends the partitions had at the stop, so
+/// the archive ends with the last record of every topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_under_load_archives_the_tail_of_every_topic() {
+    let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
+    let brokers = broker.bootstrap_servers().to_string();
+    let producer = Producer::new(&kafka, &brokers).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = ArchiverSettings {
+        dir: dir.path().to_path_buf(),
+        max_file_age_s: 1.0,
+        ..ArchiverSettings::default()
+    };
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let busy = busy.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while busy.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                x
+            })
+        })
+        .collect();
+    let running = Running::start(&kafka, &brokers, &settings);
+    let mut sent = Sent::default();
+    // Running, with its partitions assigned.
+    sent.burst(&producer, 10, 0).await;
+    wait_complete(dir.path(), &sent).await;
+    sent.burst(&producer, 400, 10).await;
+    // Stopped as soon as the last record is acknowledged: nothing waits
+    // for the archiver to have read it.
+    running.stop().await;
+    busy.store(false, std::sync::atomic::Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    complete(dir.path(), &sent).unwrap_or_else(|missing| panic!("not archived: {missing}"));
+    check(dir.path(), &sent);
+    drop(broker);
+}

@@ -270,6 +270,44 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         Ok(())
     }
 
+    /// The high watermark of every assigned partition whose next record to
+    /// read is below it, asked of the broker now: what a reader that stops
+    /// "at the end" must still read. A partition whose watermarks cannot be
+    /// had within `timeout` is left out (its broker is gone; waiting would
+    /// only delay the stop).
+    pub fn unread_ends(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<std::collections::BTreeMap<(String, i32), i64>, BusError> {
+        let assignment = self.inner.assignment()?;
+        let positions = self.inner.position()?;
+        let committed = self
+            .inner
+            .committed_offsets(assignment.clone(), timeout)
+            .ok();
+        let mut out = std::collections::BTreeMap::new();
+        for e in assignment.elements() {
+            let (topic, partition) = (e.topic(), e.partition());
+            let Ok((low, high)) = self.inner.fetch_watermarks(topic, partition, timeout) else {
+                continue;
+            };
+            let known = |list: &TopicPartitionList| match list
+                .find_partition(topic, partition)
+                .map(|p| p.offset())
+            {
+                Some(Offset::Offset(n)) => Some(n),
+                _ => None,
+            };
+            let next = known(&positions)
+                .or_else(|| committed.as_ref().and_then(known))
+                .unwrap_or(low);
+            if next < high {
+                out.insert((topic.to_string(), partition), high);
+            }
+        }
+        Ok(out)
+    }
+
     /// Starts a commit of the stored offsets (for a clean shutdown). It does
     /// not wait: a synchronous commit blocks forever when the broker is
     /// already gone, and closing the consumer (on drop) commits what is

@@ -75,7 +75,12 @@ pub(crate) fn load_cluster(
                 cluster: cluster.to_string(),
                 reason: e.to_string(),
             })?;
-        planner.restore(state);
+        planner
+            .restore(state)
+            .map_err(|reason| PlannerError::CorruptState {
+                cluster: cluster.to_string(),
+                reason,
+            })?;
     }
     Ok(())
 }

@@ -267,9 +267,32 @@ fn newest_checkpoint(
                 }
             }
         }
+        // Decoded and checked before anything is stored: a chunk that is
+        // not a plannable state must not reach the store, where every later
+        // start would trip on it.
+        if let Err(reason) = check_state(&cluster.cluster, &state) {
+            tracing::warn!(
+                partition,
+                cluster = %cluster.cluster,
+                %reason,
+                "checkpoint: a cluster's state is not valid; not using the checkpoint"
+            );
+            metrics::counter!("unicron_planner_checkpoints_rejected_total").increment(1);
+            return Ok(None);
+        }
         states.push((cluster.cluster.clone(), state));
     }
     Ok(Some(restored(&manifest, inputs, states)))
+}
+
+/// Whether `bytes` are a state of `cluster` the planner can plan with.
+fn check_state(cluster: &str, bytes: &[u8]) -> Result<(), String> {
+    let state: unicron_core::planner::ClusterState =
+        serde_json::from_slice(bytes).map_err(|e| format!("does not parse: {e}"))?;
+    if state.id != cluster {
+        return Err(format!("holds cluster {:?}, not {cluster:?}", state.id));
+    }
+    state.validate()
 }
 
 fn restored(

@@ -398,3 +398,85 @@ async fn a_takeover_after_retention_starts_from_the_checkpoint() {
     nothing_more(&decisions).await;
     stop_planner(stop, task).await;
 }
+
+/// A checkpoint whose chunk is not a cluster state (a bad producer, a bit
+/// flip) is refused before it reaches the store: a planner with an empty
+/// store falls back to the decisions log and decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_checkpoint_chunk_is_skipped_and_the_planner_decides() {
+    let mut h = Harness::new();
+    let decisions = h.reader("decisions", "t-decisions");
+    let first_owner = tempfile::tempdir().unwrap();
+    let (stop, task) = h.start(first_owner.path());
+    h.setup_cluster("c1").await;
+    let before: Vec<Decision> = read(&decisions, 5).await;
+    stop_planner(stop, task).await;
+
+    // A chunk that is not JSON and a manifest naming it, claiming every
+    // input and decision so far is in the checkpoint.
+    let partition = before[0].trigger.partition;
+    let reader = unicron_bus::history::PartitionReader::new(&h.kafka, &h.brokers()).unwrap();
+    let topic = h.kafka.topic("planner-checkpoints");
+    let codec = AvroCodec::<PlannerCheckpoint>::default();
+    let chunk = PlannerCheckpoint {
+        input_partition: partition,
+        cluster: "c1".into(),
+        state: b"\x00\xffnot a cluster state".to_vec(),
+        manifest: None,
+    };
+    let at = h
+        .producer
+        .send_bytes_to(
+            &topic,
+            Some(partition),
+            b"c1",
+            &codec.encode(&chunk).unwrap(),
+        )
+        .await
+        .unwrap();
+    let consumed = ["failures", "cluster", "command-results"]
+        .iter()
+        .map(|t| {
+            let name = h.kafka.topic(t);
+            let (_, high) = reader.watermarks(&name, partition).unwrap();
+            ConsumedOffset {
+                topic: name,
+                next_offset: high,
+            }
+        })
+        .collect();
+    let (_, decisions_high) = reader
+        .watermarks(&h.kafka.topic("decisions"), partition)
+        .unwrap();
+    let manifest = PlannerCheckpoint {
+        input_partition: partition,
+        cluster: String::new(),
+        state: Vec::new(),
+        manifest: Some(CheckpointManifest {
+            consumed,
+            decisions_next_offset: decisions_high,
+            clusters: vec![CheckpointedCluster {
+                cluster: "c1".into(),
+                chunk_offsets: vec![at.offset],
+            }],
+        }),
+    };
+    h.producer
+        .send_bytes_to(
+            &topic,
+            Some(partition),
+            b"",
+            &codec.encode(&manifest).unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let second_owner = tempfile::tempdir().unwrap();
+    let (stop, task) = h.start(second_owner.path());
+    let failure = h.failure("c1", "n2", FailureKind::NcclTimeout).await;
+    let next: Vec<Decision> = read(&decisions, 1).await;
+    assert_eq!(next[0].trigger.ref_id, failure);
+    // It knows the job: only the decisions log can have told it.
+    assert!(next[0].reason.contains("reattempt"), "{}", next[0].reason);
+    stop_planner(stop, task).await;
+}

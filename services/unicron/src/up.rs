@@ -25,10 +25,6 @@ const SETTLE: Duration = Duration::from_secs(2);
 
 type Service = JoinHandle<anyhow::Result<()>>;
 
-/// Real time the archiver gets, after the services stopped, to read the
-/// records they published last.
-const ARCHIVE_TAIL: Duration = Duration::from_millis(1500);
-
 pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     let topology = Topology::builtin();
     let prefix = &config.kafka.topic_prefix;
@@ -327,10 +323,9 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         }
     }
     if let Some((stop, task)) = archiver {
-        // Let it read the last records the services published.
-        tokio::time::sleep(ARCHIVE_TAIL).await;
+        // It reads to the ends the partitions have now, then stops.
         let _ = stop.send(());
-        match tokio::time::timeout(grace, task).await {
+        match tokio::time::timeout(grace * 4, task).await {
             Ok(Ok(Err(e))) => return Err(e),
             Ok(Err(e)) => anyhow::bail!("archiver task: {e}"),
             _ => {}

@@ -16,6 +16,14 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// A job that gains nothing from any GPU count (a spec that cannot be
+    /// planned with is planned as this, not trusted).
+    pub fn zero() -> Profile {
+        Profile {
+            points: vec![(1, 0.0)],
+        }
+    }
+
     /// Checks the points: at least one, GPU counts positive and strictly
     /// increasing, FLOP/s finite and not negative. `field` prefixes errors.
     pub fn new(points: Vec<(u32, f64)>, field: &str) -> Result<Profile, InvalidInput> {

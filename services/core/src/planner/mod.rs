@@ -120,9 +120,13 @@ impl Planner {
         self.clusters.values()
     }
 
-    /// Installs a cluster's state loaded from the store.
-    pub fn restore(&mut self, state: ClusterState) {
+    /// Installs a cluster's state loaded from the store or a checkpoint,
+    /// once it passes the checks a new job's spec passes; otherwise says
+    /// what is wrong and installs nothing.
+    pub fn restore(&mut self, state: ClusterState) -> Result<(), String> {
+        state.validate()?;
         self.clusters.insert(state.id.clone(), state);
+        Ok(())
     }
 
     /// Forgets a cluster (its partition moved to another instance).
@@ -496,7 +500,7 @@ fn push_bounded(times: &mut Vec<i64>, time: i64) {
 }
 
 /// A job spec the planner can plan with, or the field that is wrong.
-fn validate_spec(spec: &JobSpec) -> Result<(), String> {
+pub(crate) fn validate_spec(spec: &JobSpec) -> Result<(), String> {
     if !spec.weight.is_finite() || spec.weight < 0.0 {
         return Err("job.weight: must be a finite, non-negative number".into());
     }

@@ -113,8 +113,9 @@ pub fn problem(config: &PlannerConfig, state: &ClusterState, hit: &BTreeSet<Stri
                 current_gpus: job.nodes.len() as u32 * unit,
                 hit: hit.contains(id),
                 transition_s: transition,
-                // Specs are validated when a job is admitted.
-                profile: Profile::new(points, "throughput").expect("validated at admission"),
+                // Specs are validated at admission and on restore; a spec
+                // that still fails plans as a job with no throughput.
+                profile: Profile::new(points, "throughput").unwrap_or_else(|_| Profile::zero()),
             }
         })
         .collect();

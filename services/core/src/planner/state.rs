@@ -136,8 +136,8 @@ pub struct ClusterState {
     /// Highest event time seen: the cluster's watermark.
     pub watermark_ms: i64,
     /// Ids of the newest failures applied (bounded): the detector delivers
-    /// at least once, with ids derived from its input offsets, so a repeat
-    /// of an id is the same failure and must not act twice.
+    /// at least once, with ids derived from what it found, so a repeat of
+    /// an id is the same failure and must not act twice.
     #[serde(default)]
     pub applied_failures: std::collections::VecDeque<String>,
 }
@@ -146,6 +146,21 @@ pub struct ClusterState {
 pub const APPLIED_FAILURES: usize = 1024;
 
 impl ClusterState {
+    /// A state the planner can plan with: a cluster id, and every job's
+    /// spec passing the admission checks of a newly submitted job. A state
+    /// read back from a store or a checkpoint is checked, so a corrupt one
+    /// is refused instead of stopping the planner later.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.id.is_empty() {
+            return Err("cluster state names no cluster".into());
+        }
+        for (id, job) in &self.jobs {
+            super::validate_spec(&job.spec)
+                .map_err(|reason| format!("cluster {}: job {id}: {reason}", self.id))?;
+        }
+        Ok(())
+    }
+
     pub fn new(id: &str) -> ClusterState {
         ClusterState {
             id: id.to_string(),
