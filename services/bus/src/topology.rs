@@ -192,7 +192,8 @@ mod tests {
                 "commands",
                 "command-results",
                 "dlq",
-                "planner-checkpoints"
+                "planner-checkpoints",
+                "detector-rounds"
             ]
         );
         for spec in &t.topics {
@@ -255,6 +256,6 @@ mod tests {
         let table = Topology::builtin().render_table("acme.");
         assert!(table.lines().next().unwrap().starts_with("topic"));
         assert!(table.contains("acme.command-results"));
-        assert_eq!(table.lines().count(), 11);
+        assert_eq!(table.lines().count(), 12);
     }
 }
