@@ -965,3 +965,62 @@ fn a_worker_killed_by_a_signal_absorbs_its_peers_exits_and_resets() {
     assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
     assert_eq!(h.failures[0].node.as_deref(), Some("n1"));
 }
+
+/// Silence is judged against nodes still heard. One node silent while the
+/// others report is lost after its deadline; every node silent at once
+/// (the network between the cluster and the broker, seen from here) is
+/// lost only `all_silent_grace_s` later, however far idle ticks move the
+/// clock, and not at all if their heartbeats arrive before that.
+#[test]
+fn every_node_silent_at_once_waits_the_grace_and_one_silent_node_does_not() {
+    let config = DetectorConfig {
+        all_silent_grace_s: 60.0,
+        ..DetectorConfig::default()
+    };
+    let tick = |h: &mut Harness, s: i64| {
+        h.feed(
+            "unicron.agent",
+            Observation::Agent(AgentEvent::idle("c1", "unicron-detector", T0 + s * 1000)),
+        )
+    };
+    // Every node silent after 10 s; ticks carry the clock 40 s on.
+    let mut h = Harness::with(config.clone());
+    for s in 0..=10 {
+        for n in ["n1", "n2", "n3"] {
+            h.heartbeat(n, None, T0 + s * 1000);
+        }
+    }
+    for s in (12..=50).step_by(2) {
+        tick(&mut h, s);
+    }
+    assert_eq!(h.failures, Vec::new(), "a 40-s silence of every node");
+    // Their queued heartbeats arrive: nothing was lost.
+    for s in 11..=50 {
+        for n in ["n1", "n2", "n3"] {
+            h.heartbeat(n, None, T0 + s * 1000);
+        }
+    }
+    for s in (52..=120).step_by(2) {
+        tick(&mut h, s);
+    }
+    let lost: Vec<_> = h.failures.iter().filter_map(|f| f.node.clone()).collect();
+    assert_eq!(
+        lost,
+        ["n1", "n2", "n3"],
+        "silent for 70 s: the whole cluster"
+    );
+    assert!(h.failures.iter().all(|f| f.detected_ms >= T0 + 110_000));
+
+    // One node silent while the others report: lost after its deadline.
+    let mut h = Harness::with(config);
+    for s in 0..=20 {
+        for n in ["n1", "n2", "n3"] {
+            if n != "n3" || s <= 10 {
+                h.heartbeat(n, None, T0 + s * 1000);
+            }
+        }
+    }
+    assert_eq!(h.failures.len(), 1, "{:#?}", h.failures);
+    assert_eq!(h.failures[0].node.as_deref(), Some("n3"));
+    assert!(h.failures[0].detected_ms < T0 + 16_000);
+}

@@ -637,16 +637,33 @@ fn describe_metrics() {
     );
     metrics::describe_gauge!(
         TIMERS_HELD,
-        "1 while heartbeat and hang timers wait after a lost broker connection."
+        "1 while heartbeat and hang timers wait (a lost broker connection, or the lag guard)."
     );
     metrics::gauge!(TIMERS_HELD).set(0.0);
     metrics::describe_counter!(
         "unicron_detector_idle_ticks_total",
-        "Idle ticks written for clusters whose inputs went quiet with a timer pending."
+        "Idle ticks applied for clusters whose inputs went quiet with a timer pending."
+    );
+    metrics::describe_counter!(
+        "unicron_detector_rounds_total",
+        "Rounds applied and recorded on the rounds topic."
+    );
+    metrics::describe_gauge!(
+        LAG_GUARD,
+        "1 while the lag guard holds heartbeat and hang timers (the detector is behind its inputs)."
+    );
+    metrics::gauge!(LAG_GUARD).set(0.0);
+    metrics::describe_gauge!(
+        "unicron_detector_input_lag_records",
+        "Most unread records on one input partition, by the latest fetch."
+    );
+    metrics::describe_gauge!(
+        "unicron_detector_partition_delay_seconds",
+        "How far the input partition furthest behind trails the newest, in event time, seconds."
     );
     metrics::describe_histogram!(
-        "unicron_detector_apply_seconds",
-        "Time to classify and correlate one input record, seconds."
+        "unicron_detector_round_seconds",
+        "Time to apply one round (its records classified and correlated, timers fired), seconds."
     );
     metrics::describe_histogram!(
         "unicron_detector_detection_latency_seconds",

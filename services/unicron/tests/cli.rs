@@ -45,7 +45,7 @@ fn topics_list_prints_the_topology() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 11, "{stdout}");
+    assert_eq!(lines.len(), 12, "{stdout}");
     assert!(lines[0].starts_with("topic"));
     assert!(
         lines
@@ -243,7 +243,7 @@ fn up_hosts_a_broker_other_processes_can_use() {
         .to_string();
     assert_eq!(
         lines.next().unwrap().unwrap(),
-        "topics: 10 (10 created, 0 existed)"
+        "topics: 11 (11 created, 0 existed)"
     );
     let planner = lines.next().unwrap().unwrap();
     assert!(
@@ -311,7 +311,7 @@ fn up_hosts_a_broker_other_processes_can_use() {
     child.wait().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert_eq!(stdout.lines().count(), 10, "{stdout}");
+    assert_eq!(stdout.lines().count(), 11, "{stdout}");
     assert!(stdout.lines().all(|l| l.starts_with("exists ")), "{stdout}");
     assert!(
         stdout.contains("unicron.telemetry (12 partitions, 1 replicas)"),

@@ -77,6 +77,9 @@ pub struct KafkaOptions {
     pub sasl_ssl: Option<SaslSsl>,
     /// Each JVM's heap.
     pub heap_mb: u32,
+    /// The address every listener binds and advertises: loopback, or an
+    /// address other network namespaces reach.
+    pub host: std::net::IpAddr,
 }
 
 impl Default for KafkaOptions {
@@ -85,6 +88,7 @@ impl Default for KafkaOptions {
             brokers: 3,
             sasl_ssl: None,
             heap_mb: 768,
+            host: std::net::Ipv4Addr::LOCALHOST.into(),
         }
     }
 }
@@ -110,10 +114,10 @@ pub struct KafkaCluster {
     _scratch: Option<tempfile::TempDir>,
 }
 
-fn free_addrs(n: usize) -> Result<Vec<SocketAddr>, KafkaError> {
+fn free_addrs(n: usize, host: std::net::IpAddr) -> Result<Vec<SocketAddr>, KafkaError> {
     // Held together, so no two are the same port.
     let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .map(|_| TcpListener::bind((host, 0)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| KafkaError(format!("no free port: {e}")))?;
     listeners
@@ -174,7 +178,7 @@ impl KafkaCluster {
         std::fs::write(dir.join("log4j2.yaml"), LOG4J2).map_err(|e| io("log4j2.yaml", e))?;
         let n = options.brokers.max(1);
         let tls = options.sasl_ssl.is_some();
-        let ports = free_addrs(n * if tls { 3 } else { 2 })?;
+        let ports = free_addrs(n * if tls { 3 } else { 2 }, options.host)?;
         let controllers: Vec<SocketAddr> = ports[..n].to_vec();
         let voters = controllers
             .iter()

@@ -71,6 +71,11 @@ impl ClusterClock {
         }
     }
 
+    /// The newest event time a node (not lost) reported; `None` before any.
+    pub fn newest_reported(&self) -> Option<i64> {
+        self.ranked.last().map(|(t, _)| *t)
+    }
+
     /// An idle tick: not a node's report, only the clock moves.
     pub fn tick(&mut self, time_ms: i64) {
         self.newest_ms = self.newest_ms.max(Some(time_ms));

@@ -28,6 +28,12 @@ pub struct DetectorConfig {
     /// A symptom group whose job has a node silent for this long names that
     /// node as lost, before its heartbeat deadline.
     pub suspect_after_s: f64,
+    /// Silence is judged against the nodes still heard: a heartbeat or hang
+    /// deadline passes when another node reported past it. When every node
+    /// of a cluster falls silent at once (far more often the network between
+    /// the cluster and the broker than every node at once), only idle ticks
+    /// move its clock, and the deadlines wait this much longer.
+    pub all_silent_grace_s: f64,
     /// Repeats of an emitted failure (same kind, same node or job) within
     /// this window become evidence, not new events.
     pub dedupe_window_s: f64,
@@ -97,6 +103,7 @@ impl Default for DetectorConfig {
             max_clock_skew_s: 30.0,
             correlation_window_s: 2.0,
             suspect_after_s: 2.0,
+            all_silent_grace_s: 60.0,
             dedupe_window_s: 60.0,
             escalation_repeats: 2,
             escalation_window_s: 300.0,
@@ -171,6 +178,7 @@ impl DetectorConfig {
             ("max_clock_skew_s", self.max_clock_skew_s),
             ("correlation_window_s", self.correlation_window_s),
             ("suspect_after_s", self.suspect_after_s),
+            ("all_silent_grace_s", self.all_silent_grace_s),
             ("dedupe_window_s", self.dedupe_window_s),
             ("escalation_window_s", self.escalation_window_s),
             ("hang_min_stall_s", self.hang_min_stall_s),

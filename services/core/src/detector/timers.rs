@@ -118,10 +118,24 @@ pub(super) fn due(
     watermark: i64,
     config: &DetectorConfig,
 ) -> Vec<Candidate> {
+    let watermark = silence_watermark(view, watermark, config);
     let mut due = lost_nodes(view, watermark);
     hung_jobs(view, watermark, config, &mut due);
     due.sort_by_key(|(at, _)| *at);
     due.into_iter().map(|(_, c)| c).collect()
+}
+
+/// How far silence timers may go: the watermark, but no further than the
+/// newest time a node reported (less the lateness), so a node is silent only
+/// next to one that is heard; when every node is silent, idle ticks carry
+/// it on `all_silent_grace_s` behind the watermark.
+fn silence_watermark(view: &ClusterView, watermark: i64, config: &DetectorConfig) -> i64 {
+    let Some(heard) = view.clock.newest_reported() else {
+        return watermark - ms(config.all_silent_grace_s);
+    };
+    watermark
+        .min(heard - ms(config.allowed_lateness_s))
+        .max(watermark - ms(config.all_silent_grace_s))
 }
 
 /// Heartbeat loss: pops the deadlines the watermark has passed.

@@ -391,7 +391,7 @@ fn service_metrics(text: &str) -> serde_json::Value {
         "planner_decision_mean_ms": mean("unicron_planner_decision_seconds"),
         "planner_decision_p50_ms_last_window": quantile("unicron_planner_decision_seconds", "0.5"),
         "planner_decision_p99_ms_last_window": quantile("unicron_planner_decision_seconds", "0.99"),
-        "detector_apply_mean_ms": mean("unicron_detector_apply_seconds"),
+        "detector_round_mean_ms": mean("unicron_detector_round_seconds"),
     })
 }
 
