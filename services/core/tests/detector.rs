@@ -1024,3 +1024,44 @@ fn every_node_silent_at_once_waits_the_grace_and_one_silent_node_does_not() {
     assert_eq!(h.failures[0].node.as_deref(), Some("n3"));
     assert!(h.failures[0].detected_ms < T0 + 16_000);
 }
+
+/// After every node was silent (a pipeline outage), the first node whose
+/// backlog arrives is no proof that the others are silent: they may still
+/// be reconnecting. Their backlogs arriving within `resume_grace_s` lose
+/// nothing; a node that stays silent past it is lost.
+#[test]
+fn after_every_node_was_silent_the_others_get_time_to_flush_their_backlog() {
+    let config = DetectorConfig {
+        all_silent_grace_s: 60.0,
+        resume_grace_s: 15.0,
+        ..DetectorConfig::default()
+    };
+    let mut h = Harness::with(config);
+    for s in 0..=10 {
+        for n in ["n1", "n2", "n3"] {
+            h.heartbeat(n, None, T0 + s * 1000);
+        }
+    }
+    for s in (12..=40).step_by(2) {
+        h.feed(
+            "unicron.agent",
+            Observation::Agent(AgentEvent::idle("c1", "unicron-detector", T0 + s * 1000)),
+        );
+    }
+    // n1 reconnects first: its 30 s of backlog, then live heartbeats.
+    for s in 11..=48 {
+        h.heartbeat("n1", None, T0 + s * 1000);
+    }
+    // n2's backlog lands 8 s later; n3 never comes back.
+    for s in 11..=48 {
+        h.heartbeat("n2", None, T0 + s * 1000);
+    }
+    assert_eq!(h.failures, Vec::new(), "{:#?}", h.failures);
+    for s in 49..=60 {
+        for n in ["n1", "n2"] {
+            h.heartbeat(n, None, T0 + s * 1000);
+        }
+    }
+    let lost: Vec<_> = h.failures.iter().filter_map(|f| f.node.clone()).collect();
+    assert_eq!(lost, ["n3"], "{:#?}", h.failures);
+}

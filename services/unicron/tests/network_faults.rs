@@ -124,6 +124,15 @@ impl Hosts {
 
     fn remove(&self) {
         for node in NODES {
+            // Whatever still runs there (a worker an agent left) goes too.
+            if let Ok(out) = Command::new("ip")
+                .args(["netns", "pids", &self.ns(node)])
+                .output()
+            {
+                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
             let _ = Command::new("ip")
                 .args(["netns", "del", &self.ns(node)])
                 .stderr(Stdio::null())
@@ -221,8 +230,14 @@ fn partitions_across_hosts_isolate_only_the_cut_off_node() {
         return;
     };
     need_torch();
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+    // Kept when the test fails, for its logs; removed at the end otherwise.
+    let kept = tempfile::Builder::new()
+        .prefix("unicron-network-faults-")
+        .tempdir()
+        .unwrap()
+        .keep();
+    let dir = kept.as_path();
+    eprintln!("logs in {}", dir.display());
     let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
     let hosts = Hosts::new();
     let kafka = KafkaCluster::start(
@@ -281,6 +296,9 @@ fn partitions_across_hosts_isolate_only_the_cut_off_node() {
             "20",
             "--step-sleep",
             "0.1",
+            // A multiple of 2 and 3 ranks' micro-batches.
+            "--global-batch",
+            "12",
         ]
         .map(String::from),
     );
@@ -459,4 +477,5 @@ fn partitions_across_hosts_isolate_only_the_cut_off_node() {
     );
     drop(kafka);
     drop(hosts);
+    let _ = std::fs::remove_dir_all(dir);
 }

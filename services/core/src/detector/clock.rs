@@ -21,6 +21,10 @@ pub(super) struct ClusterClock {
     /// [`ClusterClock::skew_bounded`].
     node_times: BTreeMap<String, i64>,
     ranked: BTreeSet<(i64, String)>,
+    /// The last spell in which no node reported for longer than a
+    /// heartbeat deadline while idle ticks moved the clock: (the newest
+    /// report before it, the clock when a node was heard again).
+    silent_spell: Option<(i64, i64)>,
 }
 
 impl ClusterClock {
@@ -48,6 +52,15 @@ impl ClusterClock {
 
     /// Records that `node` reported `time_ms` and moves the clock.
     pub fn advance(&mut self, node: &str, time_ms: i64, config: &DetectorConfig) {
+        if let (Some(heard), Some(now)) = (self.newest_reported(), self.newest_ms)
+            && now - heard > ms(config.heartbeat_deadline_s)
+            && time_ms > heard
+            && self.silent_spell.is_none_or(|(_, ended)| now > ended)
+        {
+            // Every node was silent; one is heard again. Whoever else was
+            // cut off with it may still be flushing what it queued.
+            self.silent_spell = Some((heard, now));
+        }
         match self.node_times.get_mut(node) {
             Some(t) if *t >= time_ms => return,
             Some(t) => {
@@ -69,6 +82,20 @@ impl ClusterClock {
             self.ranked.remove(&(t, node.to_string()));
             self.newest_ms = self.newest_ms.max(self.skew_bounded(config));
         }
+    }
+
+    /// While the cluster recovers from a spell of silence of every node
+    /// (nodes heard again, but not yet for `resume_grace_s` beyond the
+    /// spell's end), the newest report before the spell: silence after it
+    /// is not yet evidence.
+    pub fn recovering(&self, config: &DetectorConfig) -> Option<i64> {
+        let (before, ended) = self.silent_spell?;
+        let heard = self.newest_reported()?;
+        // A new spell of silence is judged by `all_silent_grace_s`.
+        let silent_again = self
+            .newest_ms
+            .is_some_and(|now| now - heard.max(ended) > ms(config.heartbeat_deadline_s));
+        (heard < ended + ms(config.resume_grace_s) && !silent_again).then_some(before)
     }
 
     /// The newest event time a node (not lost) reported; `None` before any.

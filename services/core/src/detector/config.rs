@@ -34,6 +34,11 @@ pub struct DetectorConfig {
     /// the cluster and the broker than every node at once), only idle ticks
     /// move its clock, and the deadlines wait this much longer.
     pub all_silent_grace_s: f64,
+    /// After such a spell ends, the nodes cut off with the first one heard
+    /// again may still be flushing what they queued (a client reconnects
+    /// within seconds, not at once): silence timers wait until nodes have
+    /// been heard this long past the spell.
+    pub resume_grace_s: f64,
     /// Repeats of an emitted failure (same kind, same node or job) within
     /// this window become evidence, not new events.
     pub dedupe_window_s: f64,
@@ -104,6 +109,7 @@ impl Default for DetectorConfig {
             correlation_window_s: 2.0,
             suspect_after_s: 2.0,
             all_silent_grace_s: 60.0,
+            resume_grace_s: 15.0,
             dedupe_window_s: 60.0,
             escalation_repeats: 2,
             escalation_window_s: 300.0,
@@ -179,6 +185,7 @@ impl DetectorConfig {
             ("correlation_window_s", self.correlation_window_s),
             ("suspect_after_s", self.suspect_after_s),
             ("all_silent_grace_s", self.all_silent_grace_s),
+            ("resume_grace_s", self.resume_grace_s),
             ("dedupe_window_s", self.dedupe_window_s),
             ("escalation_window_s", self.escalation_window_s),
             ("hang_min_stall_s", self.hang_min_stall_s),

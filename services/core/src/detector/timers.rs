@@ -128,14 +128,21 @@ pub(super) fn due(
 /// How far silence timers may go: the watermark, but no further than the
 /// newest time a node reported (less the lateness), so a node is silent only
 /// next to one that is heard; when every node is silent, idle ticks carry
-/// it on `all_silent_grace_s` behind the watermark.
+/// it on `all_silent_grace_s` behind the watermark; and just after such a
+/// spell, no further than its start (`ClusterClock::recovering`).
 fn silence_watermark(view: &ClusterView, watermark: i64, config: &DetectorConfig) -> i64 {
     let Some(heard) = view.clock.newest_reported() else {
         return watermark - ms(config.all_silent_grace_s);
     };
-    watermark
+    let judged = watermark
         .min(heard - ms(config.allowed_lateness_s))
-        .max(watermark - ms(config.all_silent_grace_s))
+        .max(watermark - ms(config.all_silent_grace_s));
+    match view.clock.recovering(config) {
+        // Nodes are heard again after every one was silent: silence that
+        // began in the spell waits until they have been heard a while.
+        Some(before) => judged.min(before),
+        None => judged,
+    }
 }
 
 /// Heartbeat loss: pops the deadlines the watermark has passed.
