@@ -422,21 +422,41 @@ fn partitions_across_hosts_isolate_only_the_cut_off_node() {
     let all_failures = failures();
     assert_eq!(all_failures.len(), 1, "only n3's loss: {all_failures:#?}");
 
-    // The link returns: the agent stops its stale generation's worker.
+    // The link returns: the first thing n3's agent does is to stop its
+    // stale generation (its worker may have died already, when its peers
+    // were stopped), and nothing of the job runs there afterwards.
+    let acted = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains("carrying out"))
+            .map(str::to_string)
+            .collect()
+    };
+    let before = acted(&std::fs::read_to_string(dir.join("n3.err")).unwrap()).len();
     let relinked = now_ms();
     hosts.management("n3", true);
-    let stopped = wait_for(
-        "n3's agent stopping its stale worker",
+    let first = wait_for(
+        "n3's agent acting after the link returns",
         Duration::from_secs(120),
         || {
             let text = std::fs::read_to_string(dir.join("n3.err")).ok()?;
-            text.lines()
-                .rev()
-                .find(|l| l.contains("workers stopped"))
-                .map(str::to_string)
+            acted(&text).get(before).cloned()
         },
     );
-    assert!(stopped.contains("stopped="), "{stopped}");
+    assert!(
+        first.contains("action=\"isolate_node\"") && first.contains("step=Stop"),
+        "{first}"
+    );
+    let workers = Command::new("ip")
+        .args(["netns", "pids", &hosts.ns("n3")])
+        .output()
+        .unwrap();
+    let running: Vec<String> = String::from_utf8_lossy(&workers.stdout)
+        .split_whitespace()
+        .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("train.py"))
+        .collect();
+    assert_eq!(running, Vec::<String>::new(), "n3 still runs a worker");
     std::thread::sleep(Duration::from_secs(10));
     assert!(
         !progress(&brokers, relinked + 5_000).contains_key("n3"),
