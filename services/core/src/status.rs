@@ -164,7 +164,15 @@ pub struct StatusView {
     timeline: VecDeque<Entry>,
     next_seq: u64,
     incidents: IncidentLog,
+    /// Per detector instance: when its latest round was read (counting
+    /// rounds) and whether that round held the silence timers.
+    detectors: BTreeMap<String, (u64, bool)>,
+    rounds_read: u64,
 }
+
+/// Rounds read after an instance's last one before it no longer counts as
+/// running (it was restarted under a new name, or scaled away).
+const DETECTOR_CURRENT_ROUNDS: u64 = 2_000;
 
 impl StatusView {
     /// A view whose shadow planner uses `config` (the planner's own).
@@ -181,7 +189,31 @@ impl StatusView {
             timeline: VecDeque::new(),
             next_seq: 1,
             incidents: IncidentLog::new(),
+            detectors: BTreeMap::new(),
+            rounds_read: 0,
         }
+    }
+
+    /// Takes one detector round: whether its detector holds the heartbeat
+    /// and hang timers (lost broker connection, or the lag guard).
+    pub fn apply_round(&mut self, round: &crate::records::DetectorRound) {
+        self.rounds_read += 1;
+        self.detectors.insert(
+            round.detector.clone(),
+            (self.rounds_read, round.silence_held),
+        );
+        let oldest = self.rounds_read.saturating_sub(DETECTOR_CURRENT_ROUNDS);
+        self.detectors.retain(|_, (read, _)| *read > oldest);
+    }
+
+    /// The detector instances whose latest round held the silence timers:
+    /// their node losses and hangs wait until they catch up.
+    pub fn detector_timers_held(&self) -> Vec<String> {
+        self.detectors
+            .iter()
+            .filter(|(_, (_, held))| *held)
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// Takes one record into the view.
@@ -1713,5 +1745,28 @@ mod tests {
         assert!(view.cluster("b").is_none());
         assert_eq!(view.incidents(Some("a"), 5).len(), 1);
         assert!(view.incidents(Some("b"), 5).is_empty());
+    }
+
+    /// The page says which detectors hold their silence timers, from their
+    /// latest round, and forgets an instance that stopped writing rounds.
+    #[test]
+    fn the_latest_round_of_each_detector_says_whether_it_holds_its_timers() {
+        let mut view = StatusView::new(PlannerConfig::default());
+        let round = |detector: &str, seq: i64, held: bool| crate::records::DetectorRound {
+            detector: detector.into(),
+            seq,
+            silence_held: held,
+            ..Default::default()
+        };
+        view.apply_round(&round("d1", 0, false));
+        view.apply_round(&round("d2", 0, true));
+        assert_eq!(view.detector_timers_held(), ["d2"]);
+        view.apply_round(&round("d2", 1, false));
+        view.apply_round(&round("d1", 1, true));
+        assert_eq!(view.detector_timers_held(), ["d1"]);
+        for seq in 2..2_100 {
+            view.apply_round(&round("d3", seq, false));
+        }
+        assert!(view.detector_timers_held().is_empty(), "d1 stopped");
     }
 }

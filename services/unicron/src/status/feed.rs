@@ -1,5 +1,5 @@
-//! Follows the five control-plane topics from their beginning into the
-//! status view, and those and the detector's own topics (the sources an
+//! Follows the five control-plane topics and the detector's rounds from
+//! their beginning into the status view, and those and the detector's own topics (the sources an
 //! explain cites) into the explain index. It reads outside any consumer
 //! group and commits nothing, so it never takes partitions from a service.
 //! Undecodable records are skipped here: the services that own those topics
@@ -31,9 +31,14 @@ pub async fn follow(
     index: Arc<ExplainIndex>,
 ) {
     let decoder = Decoder::new(&kafka);
+    let rounds = decoder.names().rounds.clone();
+    let mut followed = decoder.control_plane_topics().to_vec();
+    // The detector's rounds say whether its timers are held; a deployment
+    // older than the topic has none, and the page goes on without it.
+    followed.push(&rounds);
     let control = loop {
-        match reader(&kafka, &brokers, &decoder.control_plane_topics()) {
-            Ok((consumer, missing)) if missing.is_empty() => break consumer,
+        match reader(&kafka, &brokers, &followed) {
+            Ok((consumer, missing)) if missing.iter().all(|t| *t == rounds) => break consumer,
             Ok((_, missing)) => {
                 let missing = missing.join(", ");
                 tracing::warn!(missing, "status page: waiting for the control-plane topics");
@@ -115,6 +120,8 @@ fn apply(
     index: &ExplainIndex,
 ) {
     let sources = decoder.source_topics();
+    let rounds = decoder.names().rounds.clone();
+    let round_codec = unicron_bus::AvroCodec::<unicron_core::DetectorRound>::default();
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(first) = received.blocking_recv() {
         batch.push(first);
@@ -153,6 +160,12 @@ fn apply(
         drop(entries);
         let mut view = view.lock().unwrap_or_else(|e| e.into_inner());
         for (record, decoded) in batch.drain(..).zip(decoded) {
+            if record.topic == rounds {
+                if let Ok(round) = round_codec.decode(&record.payload) {
+                    view.apply_round(&round);
+                }
+                continue;
+            }
             if let Some(read) = decoded.and_then(|d| read(record, d)) {
                 view.apply(read);
             }

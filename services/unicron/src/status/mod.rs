@@ -146,6 +146,8 @@ struct StatusReply {
     last_seq: u64,
     /// Incidents kept, all clusters.
     incidents: usize,
+    /// Detector instances holding their heartbeat and hang timers.
+    detector_timers_held: Vec<String>,
 }
 
 async fn status(State(state): State<AppState>) -> Json<StatusReply> {
@@ -154,6 +156,7 @@ async fn status(State(state): State<AppState>) -> Json<StatusReply> {
         clusters: view.summaries(),
         last_seq: view.last_seq(),
         incidents: view.incident_log().len(),
+        detector_timers_held: view.detector_timers_held(),
     })
 }
 
