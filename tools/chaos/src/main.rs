@@ -36,6 +36,8 @@ const SPEED: f64 = 30.0;
 const LATENESS_REAL_S: f64 = 10.0;
 /// Fewest real seconds between two planner kills.
 const MIN_KILL_GAP_S: f64 = 12.0;
+/// How long planner-a is frozen with SIGSTOP: past its 6 s session.
+const PAUSE_S: f64 = 20.0;
 /// The share of the run in which planners are killed.
 const KILL_WINDOW: f64 = 0.8;
 
@@ -368,6 +370,11 @@ listen = "{sim_addr}"
         ));
     }
     let (rebalance_from, rebalance_until) = (total * 0.6, total * 0.6 + 25.0);
+    // planner-a frozen (SIGSTOP) past its 6 s session: the group gives its
+    // partitions to planner-b; then it resumes with what it held, a zombie
+    // until it hears of the rebalance. No command may act twice.
+    let (pause_from, pause_until) = (total * 0.7, total * 0.7 + PAUSE_S);
+    let mut paused = false;
     let mut kills = 0u32;
     let mut crashes = Vec::new();
     let mut trapped = 0;
@@ -378,7 +385,17 @@ listen = "{sim_addr}"
             now < total + 180.0,
             "the simulator did not end within 3 minutes of its duration"
         );
-        if now >= next_kill && now < kill_window {
+        if !paused && now >= pause_from && now < pause_until && planners[0].running() {
+            println!("chaos: pausing planner-a (SIGSTOP) for {PAUSE_S:.0} s, past its session");
+            planners[0].signal("STOP");
+            paused = true;
+        }
+        if paused && now >= pause_until {
+            planners[0].signal("CONT");
+            paused = false;
+            println!("chaos: planner-a resumed (SIGCONT)");
+        }
+        if now >= next_kill && now < kill_window && !paused {
             // Either planner at random; the one that runs when the other is
             // held down or restarting. None running: try again shortly.
             let first = (rng.next() % 2) as usize;

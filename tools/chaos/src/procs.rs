@@ -67,6 +67,13 @@ impl Service {
         }
     }
 
+    /// Sends `signal` to the running process (`STOP`, `CONT`).
+    pub fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            kill(child.id(), signal);
+        }
+    }
+
     /// SIGKILL, and reap.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
