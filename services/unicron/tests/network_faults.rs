@@ -478,23 +478,7 @@ fn partitions_across_hosts_isolate_only_the_cut_off_node() {
 
     // Replay the archive: no divergence.
     drop(agents);
-    common::signal(up.0.id() as i32, "INT");
-    let mut up = up;
-    let _ = up.0.wait();
-    let replay = Command::new(exe)
-        .arg("--config")
-        .arg(dir.join("up.toml"))
-        .args(["replay", "--from-archive"])
-        .arg(&run)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&replay.stdout);
-    println!("{text}");
-    assert!(
-        replay.status.success(),
-        "replay: {text}{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
+    common::stop_and_replay(up, dir, Some(&dir.join("up.toml")));
     drop(kafka);
     drop(hosts);
     let _ = std::fs::remove_dir_all(dir);
