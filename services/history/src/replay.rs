@@ -48,7 +48,14 @@ pub struct Report {
     pub identical: u64,
     pub diverged: u64,
     pub decisions: Comparison,
+    /// With rounds: one comparison per round that emitted or should have
+    /// emitted failures, plus each published failure's content; without
+    /// (older logs): failures by what was found.
     pub failures: Comparison,
+    /// Detector rounds replayed (0: the log has none, replayed by event time).
+    pub detector_rounds: u64,
+    /// Detector instances whose rounds name a record no longer held.
+    pub detector_instances_incomplete: u64,
     pub policy_version_recorded: Vec<String>,
     pub policy_version_now: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,6 +153,7 @@ pub fn replay(
     let replayed_failures = detect_in_order(&mut detector, observations.clone());
     // With rounds, the detector is replayed exactly as it ran; without
     // (a log older than rounds), by event time, compared by what was found.
+    let mut incomplete = 0;
     let failures = if history.rounds.is_empty() {
         compare_failures(&recorded_failures, &replayed_failures, |f| {
             in_window(options, &f.cluster, f.first_evidence_ms)
@@ -165,6 +173,7 @@ pub fn replay(
             || Detector::new(detector_config.clone(), rules.clone()),
             |f| in_window(options, &f.cluster, f.first_evidence_ms),
         );
+        incomplete = replayed.incomplete_instances;
         replayed.comparison
     };
     let what_if = if options.policy.is_some() || what_if.is_some() {
@@ -217,6 +226,8 @@ pub fn replay(
         diverged: decisions.diverged + failures.diverged,
         decisions,
         failures,
+        detector_rounds: history.rounds.len() as u64,
+        detector_instances_incomplete: incomplete,
         policy_version_recorded: recorded_versions.into_iter().collect(),
         policy_version_now: POLICY_VERSION.to_string(),
         what_if,

@@ -155,6 +155,22 @@ fn text(r: &Report) -> String {
         "failures compared: {}, identical: {}, diverged: {}",
         r.failures.compared, r.failures.identical, r.failures.diverged
     );
+    if r.detector_rounds > 0 {
+        let _ = writeln!(
+            out,
+            "detector: replayed exactly from {} rounds{}",
+            r.detector_rounds,
+            match r.detector_instances_incomplete {
+                0 => String::new(),
+                n => format!(" ({n} instances compared up to records no longer held)"),
+            }
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "detector: no rounds in this log (written before them); failures re-derived in event-time order and compared by what was found"
+        );
+    }
     if r.policy_version_recorded
         .iter()
         .any(|v| *v != r.policy_version_now)
