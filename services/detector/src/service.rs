@@ -22,8 +22,8 @@ use unicron_core::{
     DetectorRound, FailureEvent, LogRecord, PartitionRef, RoundRange, RoundTick, TelemetryBatch,
 };
 use unicron_runtime::{
-    Applied, BatchEnd, BusStatus, Durability, Injected, Never, Outgoing, Processor, Reading,
-    RuntimeOptions, Step, Store,
+    Applied, BatchEnd, BusStatus, Durability, Never, Outgoing, Processor, Reading, RuntimeOptions,
+    Step, Store,
 };
 
 use crate::error::DetectorError;
@@ -389,7 +389,7 @@ impl Processor for DetectorProcessor {
 
     /// Notes partitions found read to their end, updates the lag guard and
     /// queues idle ticks: all go into the round the runtime ends next.
-    fn tick(&mut self, reading: &Reading<'_>) -> Vec<Injected> {
+    fn tick(&mut self, reading: &Reading<'_>) {
         for (topic, partition) in self.detector.behind_partitions() {
             if reading.caught_up(&topic, partition) {
                 self.detector.mark_caught_up(&topic, partition);
@@ -405,16 +405,11 @@ impl Processor for DetectorProcessor {
         self.outage.update_time(reading.status.now);
         self.publish_hold();
         if self.outage.held() || self.guard.held() {
-            return Vec::new();
+            return;
         }
-        for tick in self.idle.due(&self.detector, reading.status.now) {
-            metrics::counter!("unicron_detector_idle_ticks_total").increment(1);
-            self.round.ticks.push(RoundTick {
-                cluster: tick.cluster,
-                time_ms: tick.time_ms,
-            });
-        }
-        Vec::new()
+        let ticks = self.idle.due(&self.detector, reading.status.now);
+        metrics::counter!("unicron_detector_idle_ticks_total").increment(ticks.len() as u64);
+        self.round.ticks.extend(ticks);
     }
 }
 
@@ -436,7 +431,6 @@ impl DetectorProcessor {
             self.detector.hold_silence_timers(held);
             metrics::gauge!(TIMERS_HELD).set(if held { 1.0 } else { 0.0 });
         }
-        metrics::gauge!(LAG_GUARD).set(if self.guard.held() { 1.0 } else { 0.0 });
     }
 }
 
@@ -506,6 +500,7 @@ impl LagGuard {
         metrics::gauge!("unicron_detector_partition_delay_seconds").set(delay_ms as f64 / 1000.0);
         self.held = (self.records > 0 && lag_records as u64 > self.records)
             || (self.delay_ms > 0 && delay_ms > self.delay_ms);
+        metrics::gauge!(LAG_GUARD).set(if self.held { 1.0 } else { 0.0 });
     }
 }
 
@@ -557,7 +552,7 @@ impl IdleTicks {
 
     /// The ticks due at `now`. None while silence timers are held: an
     /// outage is no evidence of silence.
-    fn due(&mut self, detector: &Detector, now: Instant) -> Vec<AgentEvent> {
+    fn due(&mut self, detector: &Detector, now: Instant) -> Vec<RoundTick> {
         if !self.enabled() || detector.silence_timers_held() {
             return Vec::new();
         }
@@ -572,11 +567,10 @@ impl IdleTicks {
                 continue;
             }
             *heard = now;
-            ticks.push(AgentEvent::idle(
-                &cluster,
-                IDLE_TICK_NODE,
-                clock_ms + quiet.as_millis() as i64,
-            ));
+            ticks.push(RoundTick {
+                cluster,
+                time_ms: clock_ms + quiet.as_millis() as i64,
+            });
         }
         ticks
     }

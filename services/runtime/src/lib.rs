@@ -20,7 +20,7 @@ mod step;
 pub use error::RuntimeError;
 pub use membership::Membership;
 pub use outbox::{Published, drain};
-pub use processor::{Applied, BatchEnd, BusStatus, Injected, Never, Outgoing, Processor, Reading};
+pub use processor::{Applied, BatchEnd, BusStatus, Never, Outgoing, Processor, Reading};
 pub use runtime::{Durability, RuntimeOptions, StartFrom, run};
 pub use step::Step;
 /// The store a stateful processor reads in its hooks.

@@ -26,16 +26,6 @@ pub enum Applied<A> {
 #[derive(Debug)]
 pub enum Never {}
 
-/// A record a processor wants written and then applied as if read back
-/// at the offset it got (an idle tick). It is not consumed: no offset is
-/// committed for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Injected {
-    pub topic: String,
-    pub key: Vec<u8>,
-    pub payload: Vec<u8>,
-}
-
 /// A record a processor wants sent outside any commit, after outputs were
 /// published ([`Processor::published`]). At most once: a crash before it is
 /// sent loses it, so it must be something the processor can do without
@@ -194,11 +184,10 @@ pub trait Processor: Send {
         None
     }
 
-    /// Runs every [`tick_every`](Processor::tick_every): records to write
-    /// and apply.
-    fn tick(&mut self, _reading: &Reading<'_>) -> Vec<Injected> {
-        Vec::new()
-    }
+    /// Runs every [`tick_every`](Processor::tick_every), for work due by
+    /// wall time; what it queues goes out through
+    /// [`end_batch`](Processor::end_batch), which runs right after.
+    fn tick(&mut self, _reading: &Reading<'_>) {}
 
     /// Called when the records of a batch (or a tick) are handled, before
     /// they are marked done, for a processor that applies what it read in

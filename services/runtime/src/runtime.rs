@@ -141,27 +141,10 @@ pub async fn run<P: Processor>(
             record = consumer.recv() => record.map_err(RuntimeError::from)?,
             _ = async { ticks.as_mut().expect("guarded").tick().await }, if ticks.is_some() => {
                 let status = BusStatus { connection_losses: membership.connection_losses(), now: Instant::now() };
-                let injected = {
+                {
                     let caught_up = |topic: &str, partition: i32, offset: i64| consumer.caught_up_with(topic, partition, offset);
                     let high_watermark = |topic: &str, partition: i32| consumer.high_watermark(topic, partition);
-                    processor.tick(&Reading { last_read: &last_read, caught_up: &caught_up, high_watermark: &high_watermark, status })
-                };
-                for injected in injected {
-                    let at = producer
-                        .send_bytes(&injected.topic, &injected.key, &injected.payload)
-                        .await
-                        .map_err(RuntimeError::from)?;
-                    let record = InboundRecord {
-                        topic: injected.topic,
-                        partition: at.partition,
-                        offset: at.offset,
-                        key: Some(injected.key),
-                        payload: injected.payload,
-                        timestamp_ms: None,
-                        caught_up: true,
-                    };
-                    driver.handle(processor, &record, false).await?;
-                    driver.flush().await?;
+                    processor.tick(&Reading { last_read: &last_read, caught_up: &caught_up, high_watermark: &high_watermark, status });
                 }
                 driver.end_batch(processor).await?;
                 driver.flush().await?;
@@ -297,6 +280,9 @@ impl Driver<'_> {
     /// its dead letters.
     async fn end_batch<P: Processor>(&mut self, processor: &mut P) -> Result<(), P::Error> {
         let end = processor.end_batch()?;
+        if end.groups.is_empty() && end.dead_letters.is_empty() {
+            return Ok(());
+        }
         for group in &end.groups {
             let records: Vec<Outbound<'_>> = group.iter().map(Outgoing::outbound).collect();
             let sent = send(self.producer, &records).await?;

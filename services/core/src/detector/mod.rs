@@ -350,19 +350,16 @@ pub fn failure_id(f: &FailureEvent) -> String {
         hash.update(part.as_bytes());
         hash.update([0]);
     }
-    let digest = hash.finalize();
+    let digest: String = hash.finalize()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!(
-        "f:{}:{}:{}:{}:{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+        "f:{}:{}:{}:{}:{digest}",
         f.cluster,
         f.kind.symbol(),
         f.node.as_deref().unwrap_or("-"),
-        f.first_evidence_ms,
-        digest[0],
-        digest[1],
-        digest[2],
-        digest[3],
-        digest[4],
-        digest[5]
+        f.first_evidence_ms
     )
 }
 
