@@ -76,7 +76,7 @@ impl Carrier for AgentCarrier {
         match step {
             AgentStep::Start(role) => {
                 supervisor.stop(None, &command.id, stacks).await;
-                match supervisor.start(&role, &command.id) {
+                match supervisor.start(&role, command) {
                     Ok(()) => done(Outcome::Succeeded, None, started),
                     Err(reason) => done(Outcome::Failed, Some(reason), started),
                 }

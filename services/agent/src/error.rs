@@ -12,6 +12,8 @@ pub enum AgentError {
     Commands(#[from] ExecutorError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 impl From<BusError> for AgentError {

@@ -16,6 +16,7 @@ mod progress;
 mod report;
 mod settings;
 mod slurm_env;
+pub mod snapshot;
 mod supervisor;
 
 use std::future::Future;
@@ -82,13 +83,18 @@ pub async fn run(
             Default::default(),
         );
     }
-    reporter.announce(&settings);
+    let snapshots = snapshot::Snapshots::start(&settings, reporter.clone()).await?;
+    reporter.announce(
+        &settings,
+        snapshots.as_ref().and_then(|s| s.address.clone()),
+    );
     if let Some(path) = &settings.kernel_log {
         kernel_log::spawn(path.clone(), reporter.clone());
     }
     let supervisor = Arc::new(Mutex::new(Supervisor::new(
         settings.clone(),
         reporter.clone(),
+        snapshots,
     )));
     let beats = tokio::spawn(heartbeats(
         settings.clone(),

@@ -38,7 +38,12 @@ pub struct LineContext {
     pub max_line_bytes: usize,
     pub max_lines_per_s: u32,
     pub progress: ProgressTracker,
+    /// Called at the worker's first progress line (shared by its streams).
+    pub first_step: FirstStep,
 }
+
+/// A callback run once, at a worker's first training step.
+pub type FirstStep = Arc<std::sync::Mutex<Option<Box<dyn FnOnce() + Send>>>>;
 
 /// A token bucket of lines per second, burst one second's worth.
 struct RateCap {
@@ -116,6 +121,10 @@ pub async fn follow(stream: impl AsyncRead + Unpin, which: Stream, mut ctx: Line
             event.iteration = Some(progress.iteration);
             event.iteration_time_ms = progress.time_ms;
             ctx.reporter.send(Outgoing::Agent(event));
+            let first = ctx.first_step.lock().ok().and_then(|mut f| f.take());
+            if let Some(first) = first {
+                first();
+            }
         }
         if !cap.take(now) {
             dropped += 1;

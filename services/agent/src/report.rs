@@ -114,11 +114,12 @@ impl Reporter {
     }
 
     /// Announces the node and the jobs it may run (no command lines).
-    pub fn announce(&self, settings: &AgentSettings) {
+    pub fn announce(&self, settings: &AgentSettings, snapshot_address: Option<String>) {
         let mut joined = self.cluster_event(ClusterEventKind::NodeJoined);
         joined.node = Some(self.node.clone());
         joined.gpus = Some(settings.gpus as i32);
         joined.address = Some(settings.address());
+        joined.snapshot_address = snapshot_address;
         self.send(Outgoing::Cluster(joined));
         for job in &settings.jobs {
             let mut submitted = self.cluster_event(ClusterEventKind::JobSubmitted);

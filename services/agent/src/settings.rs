@@ -59,6 +59,22 @@ pub struct AgentSettings {
     /// py-spy's path, for stacks of workers stopped after a failure; unset:
     /// looked up on PATH, and skipped if absent.
     pub py_spy: Option<PathBuf>,
+    /// Hold the workers' in-memory snapshots (the Python client's `save`),
+    /// served back to them by `restore` on the local socket
+    /// `<state_dir>/snapshots.sock`.
+    pub snapshots: bool,
+    /// Bytes of snapshots this agent holds at most (its own ranks' and the
+    /// replicas it keeps for a peer); a snapshot that does not fit is
+    /// refused with the reason.
+    pub snapshot_memory_limit: u64,
+    /// A file with the cluster's shared secret (at least 32 bytes): with it
+    /// the agent sends replicas of its snapshots to a peer and keeps a
+    /// peer's, each verified by an HMAC-SHA256 under it. Unset: no
+    /// replication (snapshots stay on this node).
+    pub snapshot_secret_file: Option<PathBuf>,
+    /// TCP port of the snapshot service peers send replicas to and fetch
+    /// them from (on `address`); 0: any free port, announced to the planner.
+    pub snapshot_port: u16,
     pub jobs: Vec<JobSettings>,
 }
 
@@ -82,6 +98,10 @@ impl Default for AgentSettings {
             scheduler_isolates: false,
             exit_when_done: false,
             py_spy: None,
+            snapshots: true,
+            snapshot_memory_limit: 8 << 30,
+            snapshot_secret_file: None,
+            snapshot_port: 0,
             jobs: Vec::new(),
         }
     }
@@ -154,6 +174,11 @@ impl AgentSettings {
         }
         if self.gpus == 0 {
             return Err(config("agent.gpus: must be at least 1".into()));
+        }
+        if self.snapshots && self.snapshot_memory_limit == 0 {
+            return Err(config(
+                "agent.snapshot_memory_limit: must be above 0 (or agent.snapshots = false)".into(),
+            ));
         }
         for (name, value) in [
             ("agent.command_ttl_s", self.command_ttl_s),

@@ -18,11 +18,12 @@ use tokio::sync::{Notify, watch};
 use unicron_core::agent::Role;
 use unicron_core::{AgentEventKind, ClusterEventKind, WorkerChange, WorkerReport};
 
-use crate::output::{LineContext, Stream, follow};
+use crate::output::{FirstStep, LineContext, Stream, follow};
 use crate::procfs;
 use crate::progress::{ProgressPatterns, ProgressTracker};
 use crate::report::{Outgoing, Reporter};
 use crate::settings::{AgentSettings, JobSettings};
+use crate::snapshot::Snapshots;
 
 /// The environment variable that marks every process an agent starts.
 pub const FENCE_VAR: &str = "UNICRON_AGENT";
@@ -53,16 +54,22 @@ struct Running {
 pub struct Supervisor {
     settings: Arc<AgentSettings>,
     reporter: Arc<Reporter>,
+    snapshots: Option<Arc<Snapshots>>,
     running: Option<Running>,
     /// Told when every local worker of a job has exited 0.
     done: Arc<Notify>,
 }
 
 impl Supervisor {
-    pub fn new(settings: Arc<AgentSettings>, reporter: Arc<Reporter>) -> Supervisor {
+    pub fn new(
+        settings: Arc<AgentSettings>,
+        reporter: Arc<Reporter>,
+        snapshots: Option<Arc<Snapshots>>,
+    ) -> Supervisor {
         Supervisor {
             settings,
             reporter,
+            snapshots,
             running: None,
             done: Arc::new(Notify::new()),
         }
@@ -84,12 +91,16 @@ impl Supervisor {
     /// Starts the workers of `role` (nothing else may run). A command line
     /// that cannot start is an error with the reason; what did start is
     /// stopped again.
-    pub fn start(&mut self, role: &Role, command_id: &str) -> Result<(), String> {
+    pub fn start(&mut self, role: &Role, command: &unicron_core::Command) -> Result<(), String> {
+        let command_id = command.id.as_str();
         let job = self
             .settings
             .job(&role.job)
             .ok_or_else(|| format!("job {} is not configured here", role.job))?
             .clone();
+        if let Some(snapshots) = &self.snapshots {
+            snapshots.on_start(role, command, job.nproc_per_node);
+        }
         let patterns = ProgressPatterns::new(&job.progress_patterns)
             .map_err(|e| format!("progress pattern: {e}"))?;
         let nproc = job.nproc_per_node;
@@ -130,12 +141,16 @@ impl Supervisor {
     ) -> Result<Worker, String> {
         let world = role.nodes * job.nproc_per_node;
         let mut command = Command::new(&job.command[0]);
+        if let Some(snapshots) = &self.snapshots {
+            command.env("UNICRON_SNAPSHOT_SOCKET", &snapshots.socket);
+        }
         command
             .args(&job.command[1..])
             .env("PYTHONUNBUFFERED", "1")
             .envs(&job.env)
             .envs(torchrun_env(
                 role,
+                &self.settings.node,
                 job.nproc_per_node,
                 local_rank,
                 rank,
@@ -155,7 +170,15 @@ impl Supervisor {
             .spawn()
             .map_err(|e| format!("cannot start `{}`: {e}", job.command.join(" ")))?;
         let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+        let first_step: FirstStep = Arc::new(std::sync::Mutex::new(None));
+        if let Some(snapshots) = self.snapshots.clone() {
+            let (job, generation) = (job.id.clone(), role.generation);
+            *first_step.lock().expect("not shared yet") = Some(Box::new(move || {
+                snapshots.first_step(&job, rank, generation);
+            }));
+        }
         let context = |_: Stream| LineContext {
+            first_step: first_step.clone(),
             reporter: self.reporter.clone(),
             job: job.id.clone(),
             rank,
@@ -356,6 +379,7 @@ impl Supervisor {
 /// The variables torchrun gives each worker, and unicron's own.
 fn torchrun_env(
     role: &Role,
+    node: &str,
     nproc: u32,
     local_rank: u32,
     rank: i32,
@@ -378,8 +402,11 @@ fn torchrun_env(
         ),
         ("UNICRON_GENERATION", role.generation.to_string()),
     ];
-    if let Some(from) = &role.restore_from {
-        env.push(("UNICRON_RESUME_FROM", from.clone()));
+    if let Some(restore) = role.restore_of(node, rank) {
+        env.push(("UNICRON_RESUME_FROM", restore.resume_from));
+        if let Some(step) = restore.step {
+            env.push(("UNICRON_RESTORE_STEP", step.to_string()));
+        }
     }
     env
 }
@@ -431,8 +458,10 @@ mod tests {
             master_addr: "10.0.0.1".into(),
             master_port: 29504,
             restore_from: Some("checkpoint".into()),
+            node_names: vec!["n1".into(), "n2".into()],
+            snapshots: None,
         };
-        let env: BTreeMap<_, _> = torchrun_env(&role, 2, 1, 3, 4).into_iter().collect();
+        let env: BTreeMap<_, _> = torchrun_env(&role, "n2", 2, 1, 3, 4).into_iter().collect();
         assert_eq!(env["RANK"], "3");
         assert_eq!(env["LOCAL_RANK"], "1");
         assert_eq!(env["WORLD_SIZE"], "4");

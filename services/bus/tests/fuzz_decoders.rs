@@ -380,6 +380,9 @@ fn cluster_event() -> impl Strategy<Value = ClusterEvent> {
                 address: None,
                 launch: None,
                 reason: None,
+                snapshot_address: None,
+                snapshots: Vec::new(),
+                restored: None,
             },
         )
 }
@@ -470,6 +473,7 @@ fn command() -> impl Strategy<Value = Command> {
                 key_id,
                 signature,
                 rendezvous: None,
+                snapshots: None,
             },
         )
 }

@@ -5,7 +5,7 @@
 //! store the job depends on.
 
 use crate::executor::Part;
-use crate::records::{Command, CommandAction};
+use crate::records::{Command, CommandAction, SnapshotPlan};
 
 /// Where this node's workers meet the others, from a start command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,11 +14,88 @@ pub struct Role {
     /// This node's rank among the job's nodes (torchrun's GROUP_RANK).
     pub node_rank: u32,
     pub nodes: u32,
+    /// The job's nodes in rank order.
+    pub node_names: Vec<String>,
     pub generation: i64,
     pub master_addr: String,
     pub master_port: u16,
     /// `replica:<node>` or `checkpoint`; `None` for a first start.
     pub restore_from: Option<String>,
+    /// The start's restore point and replica placement, when the planner
+    /// gave one.
+    pub snapshots: Option<SnapshotPlan>,
+}
+
+/// Where one local rank resumes from, as its worker is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankRestore {
+    /// `memory`, `replica:<node>` or `checkpoint`.
+    pub resume_from: String,
+    /// The step to resume at; `None`: the disk checkpoint.
+    pub step: Option<i64>,
+    /// The earlier rank whose state it takes.
+    pub from_rank: Option<i32>,
+    /// The node holding it (this node for `memory`).
+    pub node: Option<String>,
+}
+
+impl Role {
+    /// Where global `rank` resumes from on `node`; `None` on a first start
+    /// with no snapshot.
+    pub fn restore_of(&self, node: &str, rank: i32) -> Option<RankRestore> {
+        let plan = self.snapshots.as_ref();
+        if let Some(step) = plan.and_then(|p| p.step)
+            && let Some(source) = plan
+                .into_iter()
+                .flat_map(|p| &p.sources)
+                .find(|s| s.rank == rank)
+        {
+            let resume_from = if source.node == node {
+                "memory".to_string()
+            } else {
+                format!("replica:{}", source.node)
+            };
+            return Some(RankRestore {
+                resume_from,
+                step: Some(step),
+                from_rank: Some(source.from_rank),
+                node: Some(source.node.clone()),
+            });
+        }
+        self.restore_from.as_ref().map(|_| RankRestore {
+            resume_from: "checkpoint".to_string(),
+            step: None,
+            from_rank: None,
+            node: None,
+        })
+    }
+
+    /// The node that keeps this node's replicas, and its address.
+    pub fn replica_holder(&self) -> Option<(&str, &str)> {
+        let plan = self.snapshots.as_ref()?;
+        let holder = plan.replica_holders.get(self.node_rank as usize)?;
+        let peer = plan.peers.iter().find(|p| &p.node == holder)?;
+        Some((holder.as_str(), peer.address.as_str()))
+    }
+
+    /// The node whose replicas `node` keeps (the one it is the holder of).
+    pub fn replica_sender(&self, node: &str) -> Option<&str> {
+        let plan = self.snapshots.as_ref()?;
+        plan.replica_holders
+            .iter()
+            .position(|h| h == node)
+            .and_then(|i| self.node_names.get(i))
+            .map(String::as_str)
+    }
+
+    /// A peer's snapshot service address, as the command names it.
+    pub fn peer_address(&self, node: &str) -> Option<&str> {
+        let plan = self.snapshots.as_ref()?;
+        plan.peers
+            .iter()
+            .find(|p| p.node == node)
+            .map(|p| p.address.as_str())
+    }
 }
 
 /// What the agent does to its node's workers.
@@ -131,10 +208,12 @@ pub fn step(
                 job: job.to_string(),
                 node_rank: rank as u32,
                 nodes: command.nodes.len() as u32,
+                node_names: command.nodes.clone(),
                 generation: rendezvous.generation,
                 master_addr: rendezvous.master_addr.clone(),
                 master_port,
                 restore_from: command.restore_from.clone(),
+                snapshots: command.snapshots.clone(),
             })
         }
         CommandAction::Unknown => AgentStep::Nothing,
@@ -164,6 +243,7 @@ mod tests {
                 master_addr: "10.0.0.2".into(),
                 master_port: 29503,
             }),
+            snapshots: None,
         }
     }
 

@@ -273,6 +273,7 @@ mod tests {
             key_id: String::new(),
             signature: vec![],
             rendezvous: None,
+            snapshots: None,
         };
         CommandSigner::from_seed("k1", [3; 32]).sign(&mut command);
         command

@@ -228,6 +228,10 @@ pub enum ClusterEventKind {
     /// Someone other than unicron drained the node: out of plans, no
     /// command, and unicron never undoes it.
     NodeDrained,
+    /// An agent holds complete in-memory snapshots (`snapshots`).
+    SnapshotsStored,
+    /// A rank resumed training after a start command (`restored`).
+    JobRestored,
 }
 
 /// One measured point of a job's throughput profile T(x).
@@ -273,6 +277,48 @@ pub struct ClusterEvent {
     /// says about the node.
     #[serde(default)]
     pub reason: Option<String>,
+    /// node_joined by an agent that keeps replicas: its snapshot service.
+    #[serde(default)]
+    pub snapshot_address: Option<String>,
+    /// snapshots_stored: what `node` stored since its last report, in order.
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotHeld>,
+    /// job_restored: what one rank's restore cost.
+    #[serde(default)]
+    pub restored: Option<RestoreReport>,
+}
+
+/// One complete in-memory snapshot an agent holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotHeld {
+    pub job: String,
+    pub rank: i32,
+    pub step: i64,
+    pub generation: i64,
+    /// Ranks per node of the generation that wrote it.
+    pub local_world: i32,
+    pub bytes: i64,
+    /// Kept for a peer node rather than written by a local worker.
+    pub replica: bool,
+}
+
+/// What one rank's restore after a start command cost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreReport {
+    pub job: String,
+    pub rank: i32,
+    pub generation: i64,
+    pub command_id: String,
+    /// The start command's action symbol.
+    pub action: String,
+    /// `memory`, `replica:<node>` or `checkpoint`.
+    pub source: String,
+    #[serde(default)]
+    pub step: Option<i64>,
+    #[serde(default)]
+    pub bytes: i64,
+    /// Start command's event time to the rank's first step after it.
+    pub restore_ms: i64,
 }
 
 impl ClusterEvent {
@@ -289,6 +335,9 @@ impl ClusterEvent {
             address: None,
             launch: None,
             reason: None,
+            snapshot_address: None,
+            snapshots: Vec::new(),
+            restored: None,
         }
     }
 }
@@ -395,6 +444,44 @@ pub struct Command {
     /// Start commands of agent-launched jobs: where the workers meet.
     #[serde(default)]
     pub rendezvous: Option<Rendezvous>,
+    /// Start commands of agent-launched jobs: the step every rank resumes
+    /// from, where each rank's state is, and where replicas go.
+    #[serde(default)]
+    pub snapshots: Option<SnapshotPlan>,
+}
+
+/// The restore point of a start command (see `schemas/Command.avsc`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SnapshotPlan {
+    /// `None`: the job's disk checkpoint (or a first start).
+    #[serde(default)]
+    pub step: Option<i64>,
+    pub reason: String,
+    /// One per rank of the new layout when `step` is set.
+    #[serde(default)]
+    pub sources: Vec<RankSource>,
+    /// Parallel to the command's `nodes`: who keeps that node's replicas
+    /// (empty: nobody).
+    #[serde(default)]
+    pub replica_holders: Vec<String>,
+    /// Snapshot service of every node named above.
+    #[serde(default)]
+    pub peers: Vec<SnapshotPeer>,
+}
+
+/// Where one rank of a new layout takes its state from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankSource {
+    pub rank: i32,
+    pub from_rank: i32,
+    pub node: String,
+}
+
+/// A node's snapshot service address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotPeer {
+    pub node: String,
+    pub address: String,
 }
 
 /// The torch.distributed rendezvous a start command hands out; node ranks

@@ -44,6 +44,29 @@ pub fn canonical_bytes(command: &Command) -> Vec<u8> {
         field(rendezvous.master_addr.as_bytes());
         field(&rendezvous.master_port.to_be_bytes());
     }
+    if let Some(plan) = &command.snapshots {
+        field(b"snapshots");
+        match plan.step {
+            Some(step) => field(&step.to_be_bytes()),
+            None => field(b"\0"),
+        }
+        field(plan.reason.as_bytes());
+        field(&(plan.sources.len() as u64).to_be_bytes());
+        for s in &plan.sources {
+            field(&s.rank.to_be_bytes());
+            field(&s.from_rank.to_be_bytes());
+            field(s.node.as_bytes());
+        }
+        field(&(plan.replica_holders.len() as u64).to_be_bytes());
+        for holder in &plan.replica_holders {
+            field(holder.as_bytes());
+        }
+        field(&(plan.peers.len() as u64).to_be_bytes());
+        for peer in &plan.peers {
+            field(peer.node.as_bytes());
+            field(peer.address.as_bytes());
+        }
+    }
     out
 }
 
@@ -130,6 +153,7 @@ mod tests {
             key_id: String::new(),
             signature: vec![],
             rendezvous: None,
+            snapshots: None,
         }
     }
 

@@ -1585,6 +1585,7 @@ mod tests {
             key_id: String::new(),
             signature: vec![],
             rendezvous: None,
+            snapshots: None,
         };
         let result = CommandResult {
             command_id: cid.clone(),

@@ -430,6 +430,9 @@ fn random_stream(seed: u64, len: usize) -> Vec<Input> {
                         job: None,
                         address: None,
                         launch: None,
+                        snapshot_address: None,
+                        snapshots: Vec::new(),
+                        restored: None,
                         reason: None,
                     }),
                 )

@@ -205,6 +205,7 @@ impl Harness {
             key_id: String::new(),
             signature: vec![],
             rendezvous: None,
+            snapshots: None,
         };
         signer().sign(&mut command);
         command

@@ -25,6 +25,9 @@ fn cluster_event(
         address: None,
         launch: None,
         reason: None,
+        snapshot_address: None,
+        snapshots: Vec::new(),
+        restored: None,
     }
 }
 

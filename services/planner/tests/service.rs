@@ -62,6 +62,9 @@ impl Harness {
                 address: None,
                 launch: None,
                 reason: None,
+                snapshot_address: None,
+                snapshots: Vec::new(),
+                restored: None,
             })
             .await;
         }
@@ -93,6 +96,9 @@ impl Harness {
             }),
             address: None,
             launch: None,
+            snapshot_address: None,
+            snapshots: Vec::new(),
+            restored: None,
             reason: None,
         })
         .await;

@@ -199,6 +199,9 @@ fn cluster_setup(cluster: &str, time_ms: &mut i64) -> Vec<unicron_core::ClusterE
         address: None,
         launch: None,
         reason: None,
+        snapshot_address: None,
+        snapshots: Vec::new(),
+        restored: None,
     };
     let mut events = Vec::new();
     for n in 1..=4 {

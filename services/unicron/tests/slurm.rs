@@ -711,6 +711,7 @@ fn command(action: CommandAction, node: &str, job: Option<&str>) -> Cmd {
         key_id: String::new(),
         signature: Vec::new(),
         rendezvous: None,
+        snapshots: None,
     }
 }
 

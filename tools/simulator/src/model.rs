@@ -435,6 +435,9 @@ impl Sim {
                 address: None,
                 launch: None,
                 reason: None,
+                snapshot_address: None,
+                snapshots: Vec::new(),
+                restored: None,
             }));
         }
     }

@@ -143,6 +143,31 @@ pub fn cluster(full: bool) -> ClusterEvent {
         address: None,
         launch: None,
         reason: (!full).then(|| "slurm: idle".into()),
+        snapshot_address: full.then(|| "10.0.0.3:7070".into()),
+        snapshots: if full {
+            vec![unicron_core::SnapshotHeld {
+                job: "gpt-13b".into(),
+                rank: 3,
+                step: 1200,
+                generation: 2,
+                local_world: 8,
+                bytes: 1 << 30,
+                replica: true,
+            }]
+        } else {
+            Vec::new()
+        },
+        restored: full.then(|| unicron_core::RestoreReport {
+            job: "gpt-13b".into(),
+            rank: 3,
+            generation: 3,
+            command_id: "c:1".into(),
+            action: "restart".into(),
+            source: "replica:node-2".into(),
+            step: Some(1200),
+            bytes: 1 << 30,
+            restore_ms: 4200,
+        }),
     }
 }
 
@@ -207,6 +232,20 @@ pub fn command(full: bool) -> Command {
         key_id: "dev".into(),
         signature: (0..64).collect(),
         rendezvous: None,
+        snapshots: full.then(|| unicron_core::SnapshotPlan {
+            step: Some(1200),
+            reason: "step 1200: the newest every rank can restore".into(),
+            sources: vec![unicron_core::RankSource {
+                rank: 1,
+                from_rank: 1,
+                node: "node-2".into(),
+            }],
+            replica_holders: vec!["node-2".into(), "node-1".into()],
+            peers: vec![unicron_core::SnapshotPeer {
+                node: "node-2".into(),
+                address: "10.0.0.2:7070".into(),
+            }],
+        }),
     }
 }
 

@@ -7,6 +7,7 @@
 mod config;
 mod policy;
 mod replan;
+pub mod snapshots;
 mod state;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,12 +17,14 @@ use sha2::{Digest, Sha256};
 pub use config::{DEFAULT_ISOLATION_SHARE, PlannerConfig, PolicyName};
 pub use policy::{Hit, Policy, policy};
 pub use replan::{Action, Plan};
-pub use state::{ClusterState, Health, InFlight, Job, JobStatus, Node, Observed, RecentFault};
+pub use state::{
+    ClusterState, Health, InFlight, Job, JobStatus, Node, Observed, RecentFault, RestoreCost,
+};
 
 use crate::allocation::Profile;
 use crate::records::{
     ClusterEvent, ClusterEventKind, Command, CommandAction, CommandResult, CommandStatus, Decision,
-    FailureEvent, JobSpec, Rendezvous, Severity, Trigger,
+    FailureEvent, JobSpec, Rendezvous, Severity, SnapshotPlan, Trigger,
 };
 use crate::signing::CommandSigner;
 
@@ -211,7 +214,7 @@ impl Planner {
         let mut commands = Vec::with_capacity(plan.actions.len());
         let mut restarted = BTreeSet::new();
         for (index, action) in plan.actions.iter().enumerate() {
-            let (nodes, rendezvous) = rendezvous(state, action);
+            let (nodes, rendezvous, snapshots) = rendezvous(state, action);
             if rendezvous.is_some()
                 && failure_id.is_some()
                 && let Some(job) = &action.job
@@ -248,6 +251,7 @@ impl Planner {
                 key_id: String::new(),
                 signature: Vec::new(),
                 rendezvous,
+                snapshots,
             };
             self.signer.sign(&mut command);
             state.in_flight.insert(
@@ -303,12 +307,16 @@ fn starts_workers(action: CommandAction) -> bool {
     )
 }
 
-/// The node list and rendezvous of a command for `action`. A start of an
-/// agent-launched job names every node of the job in rank order (restart
-/// and reattempt keep its current nodes) and bumps the job's generation;
-/// anything else keeps the action's nodes and carries none.
-fn rendezvous(state: &mut ClusterState, action: &Action) -> (Vec<String>, Option<Rendezvous>) {
-    let plain = (action.nodes.clone(), None);
+/// The node list, rendezvous and restore point of a command for `action`.
+/// A start of an agent-launched job names every node of the job in rank
+/// order (restart and reattempt keep its current nodes), bumps the job's
+/// generation and picks the step its ranks resume from; anything else keeps
+/// the action's nodes and carries neither.
+fn rendezvous(
+    state: &mut ClusterState,
+    action: &Action,
+) -> (Vec<String>, Option<Rendezvous>, Option<SnapshotPlan>) {
+    let plain = (action.nodes.clone(), None, None);
     if !starts_workers(action.action) {
         return plain;
     }
@@ -331,10 +339,9 @@ fn rendezvous(state: &mut ClusterState, action: &Action) -> (Vec<String>, Option
         .get(first)
         .and_then(|n| n.address.clone())
         .unwrap_or_else(|| first.clone());
-    let job = state
-        .jobs
-        .get_mut(action.job.as_deref().expect("looked up above"))
-        .expect("looked up above");
+    let id = action.job.as_deref().expect("looked up above");
+    let plan = snapshots::plan(state, id, &nodes);
+    let job = state.jobs.get_mut(id).expect("looked up above");
     job.generation += 1;
     let port = i64::from(launch.master_port_base) + job.generation % 1000;
     let rendezvous = Rendezvous {
@@ -342,7 +349,7 @@ fn rendezvous(state: &mut ClusterState, action: &Action) -> (Vec<String>, Option
         master_addr,
         master_port: i32::try_from(port).unwrap_or(i32::MAX),
     };
-    (nodes, Some(rendezvous))
+    (nodes, Some(rendezvous), Some(plan))
 }
 
 /// Why a failure's plan may not restart an agent-launched job: its restart
@@ -462,6 +469,7 @@ fn on_failure(
             health: Health::Healthy,
             failures: Vec::new(),
             address: None,
+            snapshot_address: None,
         });
         push_bounded(&mut n.failures, now);
         if n.health == Health::Healthy && severity != Severity::Sev1 {
@@ -541,6 +549,58 @@ fn on_cluster_event(
     };
     let mut hit_job = None;
     let mut return_node = None;
+    // Reports of what agents hold and what restores cost: state only, no
+    // plan is evaluated (they arrive every few training steps).
+    let noted = |ref_id: String, reason: String| {
+        Ok(Planned {
+            trigger_kind: "cluster_event",
+            ref_id,
+            plan: Plan {
+                actions: Vec::new(),
+                alternatives: Vec::new(),
+                chosen_index: None,
+                assignment: BTreeMap::new(),
+                reason,
+            },
+            failure_id: None,
+        })
+    };
+    match e.kind {
+        ClusterEventKind::SnapshotsStored => {
+            let node = need_node()?;
+            let n = snapshots::note(state, &node, &e.snapshots);
+            let steps: BTreeSet<i64> = e.snapshots.iter().map(|s| s.step).collect();
+            return noted(
+                node.clone(),
+                format!("{node} holds {n} more snapshots (steps {steps:?})"),
+            );
+        }
+        ClusterEventKind::JobRestored => {
+            let r = e
+                .restored
+                .as_ref()
+                .ok_or_else(|| "job_restored without restored".to_string())?;
+            let reason = match state.jobs.get_mut(&r.job) {
+                Some(job) => {
+                    let cost = job.restore_costs.entry(r.action.clone()).or_default();
+                    cost.add(&r.command_id, r.restore_ms);
+                    format!(
+                        "job {} rank {} restored from {} in {:.2} s; {} estimate {:.2} s over {} restores",
+                        r.job,
+                        r.rank,
+                        r.source,
+                        r.restore_ms as f64 / 1000.0,
+                        r.action,
+                        cost.mean_s(),
+                        cost.count
+                    )
+                }
+                None => format!("job {} is not planned here; restore cost not kept", r.job),
+            };
+            return noted(r.job.clone(), reason);
+        }
+        _ => {}
+    }
     let ref_id = match e.kind {
         ClusterEventKind::JobSubmitted | ClusterEventKind::JobUpdated => {
             let id = need_job()?;
@@ -565,6 +625,8 @@ fn on_cluster_event(
                             launch: e.launch,
                             generation: 0,
                             restarts: 0,
+                            snapshots: Default::default(),
+                            restore_costs: BTreeMap::new(),
                         },
                     );
                 }
@@ -587,6 +649,7 @@ fn on_cluster_event(
                 health: Health::Healthy,
                 failures: Vec::new(),
                 address: None,
+                snapshot_address: None,
             });
             // An agent announces its node every time it starts; only
             // node_repaired gives back a node that was taken out.
@@ -598,8 +661,15 @@ fn on_cluster_event(
             if e.address.is_some() {
                 node.address = e.address.clone();
             }
+            if e.kind == ClusterEventKind::NodeJoined {
+                node.snapshot_address = e.snapshot_address.clone();
+            }
             if e.gpus.is_some() {
                 node.gpus = gpus;
+            }
+            if e.kind == ClusterEventKind::NodeJoined {
+                // A (re)started agent holds no snapshots.
+                snapshots::forget_node(state, &id);
             }
             if e.kind == ClusterEventKind::NodeRepaired && isolated {
                 // unicron took it out, so unicron gives it back to the
@@ -639,11 +709,15 @@ fn on_cluster_event(
         }
         ClusterEventKind::NodeRemoved => {
             let id = need_node()?;
+            snapshots::forget_node(state, &id);
             hit_job = replan::detach(state, &id);
             state.nodes.remove(&id);
             id
         }
         ClusterEventKind::Unknown => return Err("cluster event of unknown kind".into()),
+        ClusterEventKind::SnapshotsStored | ClusterEventKind::JobRestored => {
+            unreachable!("handled above")
+        }
     };
     let mut plan = policy.on_capacity_change(config, state, hit_job.as_deref());
     if matches!(

@@ -7,7 +7,7 @@ use crate::allocation::{Allocation, JobDemand, Problem, Profile};
 use crate::records::{Alternative, CommandAction, Severity};
 
 use super::config::PlannerConfig;
-use super::state::{ClusterState, Health, JobStatus};
+use super::state::{ClusterState, Health, Job, JobStatus};
 
 /// One command a policy wants issued.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +76,37 @@ pub fn transition_s(config: &PlannerConfig, state: &ClusterState, action: Comman
     }
 }
 
+/// D_transition of moving `job` to a new size: what its own restores took
+/// as its agents measured them (a reconfiguration, else a restart: for an
+/// agent-launched job both stop and start every worker), else the
+/// cluster-wide figure. Returns the estimate and where it came from.
+pub fn job_transition_s(
+    config: &PlannerConfig,
+    state: &ClusterState,
+    job: &Job,
+) -> (f64, &'static str) {
+    for action in [CommandAction::Reconfigure, CommandAction::Restart] {
+        if let Some(cost) = job.restore_costs.get(action.symbol())
+            && cost.count > 0
+        {
+            return (cost.mean_s(), "measured");
+        }
+    }
+    let source = if state
+        .observed
+        .get(CommandAction::Reconfigure.symbol())
+        .is_some_and(|o| o.count > 0)
+    {
+        "observed"
+    } else {
+        "configured"
+    };
+    (
+        transition_s(config, state, CommandAction::Reconfigure),
+        source,
+    )
+}
+
 /// Nodes that hold a whole number of a job's own units (`unit_gpus`: one
 /// replica, which may span nodes): its sizes are multiples of this.
 pub fn replica_nodes(node_gpus: u32, unit_gpus: i32) -> usize {
@@ -93,7 +124,6 @@ pub fn replica_nodes(node_gpus: u32, unit_gpus: i32) -> usize {
 pub fn problem(config: &PlannerConfig, state: &ClusterState, hit: &BTreeSet<String>) -> Problem {
     let unit = config.node_gpus.max(1);
     let capacity = state.schedulable_nodes().len() as u32 * unit;
-    let transition = transition_s(config, state, CommandAction::Reconfigure);
     let jobs = state
         .jobs
         .iter()
@@ -112,7 +142,7 @@ pub fn problem(config: &PlannerConfig, state: &ClusterState, hit: &BTreeSet<Stri
                 unit_gpus: job.spec.unit_gpus.max(0) as u32,
                 current_gpus: job.nodes.len() as u32 * unit,
                 hit: hit.contains(id),
-                transition_s: transition,
+                transition_s: job_transition_s(config, state, job).0,
                 // Specs are validated at admission and on restore; a spec
                 // that still fails plans as a job with no throughput.
                 profile: Profile::new(points, "throughput").unwrap_or_else(|_| Profile::zero()),

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeSet;
 
+use super::snapshots::JobSnapshots;
 use crate::records::{AgentLaunch, CommandAction, FailureKind, JobSpec, Severity};
 
 /// A node's health as the planner tracks it.
@@ -42,6 +43,9 @@ pub struct Node {
     /// Where other nodes reach it, as its agent announced (master address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// Its agent's snapshot service (replicas go to and come from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_address: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -74,6 +78,49 @@ pub struct Job {
     /// Starts after failures so far, against `launch.restart_budget`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub restarts: i64,
+    /// The in-memory snapshots its agents hold.
+    #[serde(default, skip_serializing_if = "JobSnapshots::is_empty")]
+    pub snapshots: JobSnapshots,
+    /// What its restores cost, by start action, as its agents measured.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub restore_costs: BTreeMap<String, RestoreCost>,
+}
+
+/// Measured restores of one action: each start command counts once, at
+/// the time its slowest rank took to its first step.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RestoreCost {
+    pub count: u64,
+    pub total_s: f64,
+    /// The newest command counted, and its slowest rank so far.
+    pub command_id: String,
+    pub slowest_ms: i64,
+}
+
+impl RestoreCost {
+    /// Adds one rank's measurement of `command_id`.
+    pub fn add(&mut self, command_id: &str, restore_ms: i64) {
+        let ms = restore_ms.max(0);
+        if self.command_id == command_id {
+            if ms > self.slowest_ms {
+                self.total_s += (ms - self.slowest_ms) as f64 / 1000.0;
+                self.slowest_ms = ms;
+            }
+            return;
+        }
+        self.command_id = command_id.to_string();
+        self.slowest_ms = ms;
+        self.count += 1;
+        self.total_s += ms as f64 / 1000.0;
+    }
+
+    pub fn mean_s(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.total_s / self.count as f64
+        }
+    }
 }
 
 fn is_zero(n: &i64) -> bool {

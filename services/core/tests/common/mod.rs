@@ -49,6 +49,9 @@ impl Feed {
                 address: None,
                 launch: None,
                 reason: None,
+                snapshot_address: None,
+                snapshots: Vec::new(),
+                restored: None,
             }),
         )
     }
@@ -100,6 +103,9 @@ impl Feed {
                 }),
                 address: None,
                 launch: None,
+                snapshot_address: None,
+                snapshots: Vec::new(),
+                restored: None,
                 reason: None,
             }),
         )

@@ -170,6 +170,7 @@ mod tests {
             key_id: "k".into(),
             signature: vec![],
             rendezvous: None,
+            snapshots: None,
         }
     }
 

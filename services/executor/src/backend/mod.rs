@@ -212,6 +212,7 @@ mod tests {
                 master_addr: "n1".into(),
                 master_port: 29502,
             }),
+            snapshots: None,
         };
         for (action, rendezvous, part) in [
             (CommandAction::Reconfigure, true, Part::None),

@@ -1,0 +1,247 @@
+//! Where a job's in-memory snapshots are, and the one step a restart
+//! resumes from. Agents report every complete snapshot they store (their
+//! own ranks' and the replicas they keep for a peer); the planner mirrors
+//! what each agent holds with the agent's own eviction rule (the newest
+//! [`KEPT`] steps per rank), so the step it picks is one the holders still
+//! have. Every rank of the new layout must be able to restore the same
+//! step; otherwise the job falls back to its disk checkpoint, and the
+//! command says why.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::state::ClusterState;
+use crate::records::{RankSource, SnapshotHeld, SnapshotPeer, SnapshotPlan};
+
+/// Snapshots an agent keeps per rank it holds: the newest and the one
+/// before it (a rank killed while saving leaves the one before).
+pub const KEPT: usize = 2;
+
+/// The snapshots of one job the planner knows of.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JobSnapshots {
+    /// Ranks per node of the generation that wrote them.
+    pub local_world: i32,
+    /// rank → holder node → steps held, oldest first.
+    pub held: BTreeMap<i32, BTreeMap<String, Vec<i64>>>,
+}
+
+impl JobSnapshots {
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
+/// Notes snapshots `holder` reports. Reports of a generation older than the
+/// job's newest start are ignored: that start chose its step already, and
+/// anything later from before it is abandoned work.
+pub fn note(state: &mut ClusterState, holder: &str, held: &[SnapshotHeld]) -> usize {
+    let mut noted = 0;
+    for s in held {
+        let Some(job) = state.jobs.get_mut(&s.job) else {
+            continue;
+        };
+        if s.generation < job.generation || s.rank < 0 || s.local_world < 1 {
+            continue;
+        }
+        let index = &mut job.snapshots;
+        index.local_world = s.local_world;
+        let steps = index
+            .held
+            .entry(s.rank)
+            .or_default()
+            .entry(holder.to_string())
+            .or_default();
+        if !steps.contains(&s.step) {
+            steps.push(s.step);
+            steps.sort_unstable();
+            if steps.len() > KEPT {
+                steps.remove(0);
+            }
+        }
+        noted += 1;
+    }
+    noted
+}
+
+/// Forgets what `node` held (its agent restarted, or it left the cluster).
+pub fn forget_node(state: &mut ClusterState, node: &str) {
+    for job in state.jobs.values_mut() {
+        for holders in job.snapshots.held.values_mut() {
+            holders.remove(node);
+        }
+        job.snapshots.held.retain(|_, h| !h.is_empty());
+    }
+}
+
+/// The restore point of a start of `job` on `nodes` (rank order), and the
+/// replica holder of each node. Steps after the chosen one are dropped
+/// (the job resumes before them, and agents drop them too); with no step,
+/// every snapshot of the job is dropped.
+pub fn plan(state: &mut ClusterState, job: &str, nodes: &[String]) -> SnapshotPlan {
+    let address = |state: &ClusterState, node: &str| {
+        state
+            .nodes
+            .get(node)
+            .filter(|n| n.health.schedulable())
+            .and_then(|n| n.snapshot_address.clone())
+    };
+    let replica_holders: Vec<String> = if nodes.len() < 2 {
+        vec![String::new(); nodes.len()]
+    } else {
+        (0..nodes.len())
+            .map(|i| {
+                let next = &nodes[(i + 1) % nodes.len()];
+                match (address(state, &nodes[i]), address(state, next)) {
+                    (Some(_), Some(_)) => next.clone(),
+                    _ => String::new(),
+                }
+            })
+            .collect()
+    };
+    let chosen = choose(state, job, nodes);
+    let (step, reason, sources) = match chosen {
+        Ok((step, sources)) => (
+            Some(step),
+            format!(
+                "step {step}: the newest every rank can restore ({})",
+                summary(&sources, nodes, local_world(state, job))
+            ),
+            sources,
+        ),
+        Err(why) => (None, why, Vec::new()),
+    };
+    let named: BTreeSet<&str> = sources
+        .iter()
+        .map(|s| s.node.as_str())
+        .chain(replica_holders.iter().map(String::as_str))
+        .chain(nodes.iter().map(String::as_str))
+        .filter(|n| !n.is_empty())
+        .collect();
+    let peers = named
+        .into_iter()
+        .filter_map(|n| {
+            Some(SnapshotPeer {
+                node: n.to_string(),
+                address: address(state, n)?,
+            })
+        })
+        .collect();
+    if let Some(j) = state.jobs.get_mut(job) {
+        match step {
+            Some(step) => {
+                for holders in j.snapshots.held.values_mut() {
+                    for steps in holders.values_mut() {
+                        steps.retain(|s| *s <= step);
+                    }
+                    holders.retain(|_, steps| !steps.is_empty());
+                }
+                j.snapshots.held.retain(|_, h| !h.is_empty());
+            }
+            None => j.snapshots.held.clear(),
+        }
+    }
+    SnapshotPlan {
+        step,
+        reason,
+        sources,
+        replica_holders,
+        peers,
+    }
+}
+
+fn local_world(state: &ClusterState, job: &str) -> i32 {
+    state.jobs.get(job).map_or(0, |j| j.snapshots.local_world)
+}
+
+/// "2 from memory, 1 from replicas".
+fn summary(sources: &[RankSource], nodes: &[String], local_world: i32) -> String {
+    let local = sources
+        .iter()
+        .filter(|s| runs_on(nodes, local_world, s.rank) == Some(s.node.as_str()))
+        .count();
+    format!("{local} from memory, {} from a peer", sources.len() - local)
+}
+
+/// The node that runs `rank` in a layout of `nodes` with `local_world`
+/// ranks per node.
+fn runs_on(nodes: &[String], local_world: i32, rank: i32) -> Option<&str> {
+    let index = usize::try_from(rank / local_world.max(1)).ok()?;
+    nodes.get(index).map(String::as_str)
+}
+
+/// The newest step every rank of the new layout can restore, with each
+/// rank's source; or why there is none.
+fn choose(
+    state: &ClusterState,
+    job: &str,
+    nodes: &[String],
+) -> Result<(i64, Vec<RankSource>), String> {
+    let index = state
+        .jobs
+        .get(job)
+        .map(|j| &j.snapshots)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| "disk checkpoint: no in-memory snapshots reported".to_string())?;
+    let usable = |holder: &str, runs_here: &str| {
+        state.nodes.get(holder).is_some_and(|n| {
+            n.health.schedulable() && (holder == runs_here || n.snapshot_address.is_some())
+        })
+    };
+    let old_world = index.held.keys().next_back().map_or(0, |r| r + 1);
+    let new_world = nodes.len() as i32 * index.local_world;
+    if new_world == 0 || old_world == 0 {
+        return Err("disk checkpoint: no ranks to restore".into());
+    }
+    // Steps each needed old rank can be restored at, from anywhere usable.
+    let mut common: Option<BTreeSet<i64>> = None;
+    for rank in 0..new_world {
+        let from = rank % old_world;
+        let here = runs_on(nodes, index.local_world, rank).unwrap_or_default();
+        let steps: BTreeSet<i64> = index
+            .held
+            .get(&from)
+            .into_iter()
+            .flatten()
+            .filter(|(holder, _)| usable(holder, here))
+            .flat_map(|(_, steps)| steps.iter().copied())
+            .collect();
+        if steps.is_empty() {
+            return Err(format!(
+                "disk checkpoint: no live node holds a snapshot of rank {from}"
+            ));
+        }
+        common = Some(match common {
+            None => steps,
+            Some(c) => c.intersection(&steps).copied().collect(),
+        });
+    }
+    let step = common
+        .and_then(|c| c.last().copied())
+        .ok_or_else(|| "disk checkpoint: the ranks' snapshots share no step".to_string())?;
+    let sources = (0..new_world)
+        .map(|rank| {
+            let from = rank % old_world;
+            let here = runs_on(nodes, index.local_world, rank).unwrap_or_default();
+            let holders = &index.held[&from];
+            let has = |h: &str| holders.get(h).is_some_and(|s| s.contains(&step));
+            // This node's own memory first, then the first peer by name.
+            let node = if has(here) {
+                here.to_string()
+            } else {
+                holders
+                    .iter()
+                    .find(|(h, s)| s.contains(&step) && usable(h, here))
+                    .map(|(h, _)| h.clone())
+                    .expect("every rank has a usable holder at the common step")
+            };
+            RankSource {
+                rank,
+                from_rank: from,
+                node,
+            }
+        })
+        .collect();
+    Ok((step, sources))
+}
