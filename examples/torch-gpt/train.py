@@ -31,6 +31,15 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
+# unicron's client (clients/python in the repository): in-memory snapshots
+# held by the node's agent.  Optional: without it the job checkpoints only.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "clients", "python"))
+try:
+    import unicron_client  # noqa: E402
+except ImportError:
+    unicron_client = None
+
 
 def seconds_since_process_start():
     """From the kernel's start time of this process (so the interpreter and
@@ -97,6 +106,12 @@ def parse_args(argv=None):
                         "(any rank that sees it; the file is removed, so it fires once)")
     p.add_argument("--fail-generation", type=int, default=1,
                    help="fail only when $UNICRON_GENERATION (default 1) equals this")
+    p.add_argument("--snapshot-every", type=int, default=1,
+                   help="hand an in-memory snapshot to the unicron agent every K "
+                        "iterations (0: never; outside an agent it does nothing)")
+    p.add_argument("--kill-in-save-file", default=None,
+                   help="when this file appears, the rank that removes it is killed "
+                        "(SIGKILL) halfway through handing over its next snapshot")
     args = p.parse_args(argv)
     for name in ("steps", "global_batch", "micro_batch", "seq_len", "vocab", "d_model",
                  "n_heads", "n_layers", "log_every"):
@@ -337,20 +352,31 @@ def main(argv=None):
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                                   weight_decay=args.weight_decay)
 
-    start_step = 1
-    if resume:
+    snapshots = unicron_client.default() if unicron_client and args.snapshot_every > 0 else None
+
+    def from_disk():
         path = find_latest_checkpoint(args.checkpoint_dir)
         if path is None:
-            log(f"rank {rank}: no checkpoint in {args.checkpoint_dir}, "
-                f"starting from scratch")
+            log(f"rank {rank}: no checkpoint in {args.checkpoint_dir}, starting from scratch")
+            return None
+        log(f"rank {rank}: loaded checkpoint from {path}")
+        return torch.load(path, map_location="cpu")
+
+    start_step = 1
+    if resume:
+        state, source = None, "checkpoint"
+        if snapshots is not None:
+            restored = snapshots.restore(checkpoint=from_disk)
+            if restored is not None:
+                state, source = restored.state, restored.source
         else:
-            state = torch.load(path, map_location="cpu")
+            state = from_disk()
+        if state is not None:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng_state"])
             start_step = state["step"] + 1
-            log(f"rank {rank}: loaded checkpoint from {path} at iteration "
-                f"{state['step']}")
+            log(f"rank {rank}: restored from {source} at iteration {state['step']}")
 
     # DDP broadcasts rank 0's weights (identical anyway).  The model has no
     # buffers, so DDP adds no broadcast to each forward.
@@ -399,6 +425,22 @@ def main(argv=None):
         total = torch.tensor([local_loss], dtype=torch.float64)
         dist.all_reduce(total)
         step_loss = total.item() / (G // mb)
+        if snapshots is not None and step % args.snapshot_every == 0:
+            if args.kill_in_save_file and os.path.exists(args.kill_in_save_file):
+                try:
+                    os.remove(args.kill_in_save_file)
+                    snapshots.kill_mid_save = True
+                except FileNotFoundError:
+                    pass  # another rank took it
+            # The data position is the step: the corpus is indexed by it.
+            snapshots.save(step, {
+                "step": step,
+                "consumed_samples": step * G,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "torch_rng_state": torch.get_rng_state(),
+                "world_size": world,
+            })
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
         interval_ms += (time.perf_counter() - t0) * 1000.0
@@ -430,6 +472,9 @@ def main(argv=None):
                 log(f"  successfully saved checkpoint at iteration {step:7d} to "
                     f"{args.checkpoint_dir} ({(time.perf_counter() - t_save) * 1000:.1f} ms)")
 
+    if snapshots is not None and snapshots.saves:
+        log(f"rank {rank}: snapshot hand-over {snapshots.save_seconds * 1000 / snapshots.saves:.3f} ms "
+            f"per save over {snapshots.saves} saves")
     if rank == 0:
         if last_loss is not None:
             log(f"final loss: {last_loss!r}")

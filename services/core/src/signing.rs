@@ -184,6 +184,42 @@ mod tests {
     }
 
     #[test]
+    fn the_restore_point_is_signed() {
+        use crate::records::{RankSource, SnapshotPeer, SnapshotPlan};
+        let signer = CommandSigner::from_seed("k1", [7; 32]);
+        let public = signer.verifying_key();
+        let keys = |id: &str| (id == "k1").then_some(public);
+        let mut c = command();
+        c.snapshots = Some(SnapshotPlan {
+            step: Some(12),
+            reason: "step 12".into(),
+            sources: vec![RankSource {
+                rank: 0,
+                from_rank: 0,
+                node: "n2".into(),
+            }],
+            replica_holders: vec!["n2".into()],
+            peers: vec![SnapshotPeer {
+                node: "n2".into(),
+                address: "10.0.0.2:7000".into(),
+            }],
+        });
+        signer.sign(&mut c);
+        assert_eq!(verify(&c, keys), Ok(()));
+        let tamper: [fn(&mut SnapshotPlan); 4] = [
+            |p| p.step = Some(11),
+            |p| p.sources[0].node = "evil".into(),
+            |p| p.replica_holders[0] = "evil".into(),
+            |p| p.peers[0].address = "10.6.6.6:7000".into(),
+        ];
+        for change in tamper {
+            let mut t = c.clone();
+            change(t.snapshots.as_mut().unwrap());
+            assert_eq!(verify(&t, keys), Err(SignatureError::Mismatch));
+        }
+    }
+
+    #[test]
     fn signatures_are_deterministic() {
         let signer = CommandSigner::from_seed("k1", [9; 32]);
         let (mut a, mut b) = (command(), command());

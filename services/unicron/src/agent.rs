@@ -63,6 +63,9 @@ pub struct AgentArgs {
     /// Seconds between SIGTERM and SIGKILL when stopping workers.
     #[arg(long, value_name = "SECONDS")]
     stop_grace_s: Option<f64>,
+    /// The cluster's shared secret for snapshot replicas (at least 32 bytes); without it snapshots stay on this node.
+    #[arg(long, value_name = "FILE")]
+    snapshot_secret: Option<PathBuf>,
     /// The job's program and arguments.
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -121,6 +124,9 @@ fn settings(
         s.stop_grace_s = grace;
     }
     s.observe_only |= args.observe_only;
+    if let Some(path) = &args.snapshot_secret {
+        s.snapshot_secret_file = Some(path.clone());
+    }
     match (&job, args.command.is_empty()) {
         (Some(id), false) => {
             s.jobs.retain(|j| &j.id != id);

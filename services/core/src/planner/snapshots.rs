@@ -178,9 +178,11 @@ fn choose(
     job: &str,
     nodes: &[String],
 ) -> Result<(i64, Vec<RankSource>), String> {
-    let index = state
-        .jobs
-        .get(job)
+    let entry = state.jobs.get(job);
+    if entry.is_some_and(|j| j.generation == 0) {
+        return Err("first start: nothing to restore".into());
+    }
+    let index = entry
         .map(|j| &j.snapshots)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| "disk checkpoint: no in-memory snapshots reported".to_string())?;
@@ -244,4 +246,164 @@ fn choose(
         })
         .collect();
     Ok((step, sources))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::state::{Health, Job, JobStatus, Node};
+    use crate::records::JobSpec;
+
+    fn state() -> ClusterState {
+        let mut state = ClusterState::new("c");
+        for n in ["n1", "n2", "n3"] {
+            state.nodes.insert(
+                n.into(),
+                Node {
+                    gpus: 8,
+                    health: Health::Healthy,
+                    failures: Vec::new(),
+                    address: None,
+                    snapshot_address: Some(format!("{n}:7000")),
+                },
+            );
+        }
+        state.jobs.insert(
+            "j".into(),
+            Job {
+                spec: JobSpec {
+                    weight: 1.0,
+                    min_gpus: 8,
+                    max_gpus: 16,
+                    unit_gpus: 8,
+                    dp_degree: 2,
+                    checkpoint_interval_s: 60,
+                    throughput: Vec::new(),
+                },
+                status: JobStatus::Running,
+                nodes: vec!["n1".into(), "n2".into()],
+                peak_gpus: 16,
+                launch: None,
+                generation: 1,
+                restarts: 0,
+                snapshots: JobSnapshots::default(),
+                restore_costs: BTreeMap::new(),
+            },
+        );
+        state
+    }
+
+    fn held(rank: i32, step: i64, replica: bool) -> SnapshotHeld {
+        SnapshotHeld {
+            job: "j".into(),
+            rank,
+            step,
+            generation: 1,
+            local_world: 1,
+            bytes: 100,
+            replica,
+        }
+    }
+
+    fn nodes(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn the_newest_step_every_rank_holds_and_each_ranks_nearest_source() {
+        let mut s = state();
+        // Rank 0 on n1 saved 5..=7 (5 evicted); rank 1 on n2 got to 6 only
+        // (killed while saving 7). Replicas: n1's on n2, n2's on n1.
+        for step in 5..=7 {
+            note(&mut s, "n1", &[held(0, step, false)]);
+            note(&mut s, "n2", &[held(0, step, true)]);
+        }
+        for step in 5..=6 {
+            note(&mut s, "n2", &[held(1, step, false)]);
+            note(&mut s, "n1", &[held(1, step, true)]);
+        }
+        let chosen = super::plan(&mut s, "j", &nodes(&["n1", "n2"]));
+        assert_eq!(chosen.step, Some(6), "{}", chosen.reason);
+        assert_eq!(
+            chosen.sources,
+            vec![
+                RankSource {
+                    rank: 0,
+                    from_rank: 0,
+                    node: "n1".into()
+                },
+                RankSource {
+                    rank: 1,
+                    from_rank: 1,
+                    node: "n2".into()
+                },
+            ]
+        );
+        assert_eq!(chosen.replica_holders, nodes(&["n2", "n1"]));
+        // Step 7 is abandoned work: forgotten with the choice.
+        let steps = &s.jobs["j"].snapshots.held[&0]["n1"];
+        assert_eq!(steps, &vec![6]);
+    }
+
+    #[test]
+    fn a_lost_node_s_ranks_come_from_their_replica_and_else_the_checkpoint() {
+        let mut s = state();
+        for step in [3, 4] {
+            note(&mut s, "n1", &[held(0, step, false), held(1, step, true)]);
+            note(&mut s, "n2", &[held(1, step, false), held(0, step, true)]);
+        }
+        s.nodes.get_mut("n2").unwrap().health = Health::Isolated;
+        let mut lost = s.clone();
+        let chosen = super::plan(&mut lost, "j", &nodes(&["n1", "n3"]));
+        assert_eq!(chosen.step, Some(4), "{}", chosen.reason);
+        assert_eq!(
+            chosen.sources[1].node, "n1",
+            "rank 1 from its replica on n1"
+        );
+        assert!(
+            chosen
+                .peers
+                .iter()
+                .any(|p| p.node == "n1" && p.address == "n1:7000")
+        );
+        // n1's agent restarted too: nothing of rank 1 is left anywhere.
+        forget_node(&mut s, "n1");
+        let chosen = super::plan(&mut s, "j", &nodes(&["n1", "n3"]));
+        assert_eq!(chosen.step, None);
+        assert!(
+            chosen.reason.contains("rank 0") || chosen.reason.contains("rank 1"),
+            "{}",
+            chosen.reason
+        );
+        assert!(
+            s.jobs["j"].snapshots.is_empty(),
+            "a checkpoint restart forgets them"
+        );
+    }
+
+    #[test]
+    fn reports_from_before_the_newest_start_are_ignored() {
+        let mut s = state();
+        s.jobs.get_mut("j").unwrap().generation = 2;
+        assert_eq!(note(&mut s, "n1", &[held(0, 9, false)]), 0);
+        assert!(s.jobs["j"].snapshots.is_empty());
+    }
+
+    #[test]
+    fn a_smaller_layout_takes_the_ranks_it_needs() {
+        let mut s = state();
+        note(&mut s, "n1", &[held(0, 8, false), held(1, 8, true)]);
+        note(&mut s, "n2", &[held(1, 8, false)]);
+        let chosen = super::plan(&mut s, "j", &nodes(&["n2"]));
+        assert_eq!(chosen.step, Some(8));
+        assert_eq!(
+            chosen.sources,
+            vec![RankSource {
+                rank: 0,
+                from_rank: 0,
+                node: "n1".into()
+            }]
+        );
+        assert_eq!(chosen.replica_holders, vec![String::new()]);
+    }
 }
