@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::BufReader;
+use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
 use super::store::{Origin, Snapshot};
@@ -68,6 +68,27 @@ async fn connection(service: Arc<Snapshots>, stream: UnixStream) {
         let (answer, payload) = match header.op.as_str() {
             "save" => {
                 let limit = service.store().limit();
+                if header.len > limit {
+                    // Read past it, so the worker's next save still lands.
+                    let skipped =
+                        tokio::io::copy(&mut (&mut read).take(header.len), &mut tokio::io::sink())
+                            .await;
+                    let message = format!(
+                        "snapshot of job {} rank {} step {} not kept: {} bytes is more than agent.snapshot_memory_limit ({limit} bytes)",
+                        header.job, header.rank, header.step, header.len
+                    );
+                    service.refuse(
+                        "memory_limit",
+                        Some(&header.job),
+                        Some(header.rank),
+                        &message,
+                    );
+                    if skipped.ok() != Some(header.len) {
+                        return;
+                    }
+                    let _ = wire::write(&mut write, &reply(false, message), &[]).await;
+                    continue;
+                }
                 match wire::read_payload(&mut read, &header, limit).await {
                     Ok(data) => (service.save(&header, data), None),
                     Err(e) => {

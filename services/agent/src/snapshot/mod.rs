@@ -9,6 +9,8 @@
 mod local;
 mod peer;
 pub mod store;
+#[cfg(test)]
+mod tests;
 pub mod wire;
 
 use std::collections::BTreeMap;

@@ -225,10 +225,11 @@ pub async fn replicate(service: Arc<Snapshots>, mut queue: mpsc::UnboundedReceiv
             let sent = push(&service, &mut connections, &address, &snapshot).await;
             match sent {
                 Ok(()) => {
+                    let seconds = started.elapsed().as_secs_f64();
                     metrics::counter!("unicron_agent_replica_bytes_total")
                         .increment(snapshot.bytes());
-                    metrics::histogram!("unicron_agent_replica_seconds")
-                        .record(started.elapsed().as_secs_f64());
+                    metrics::histogram!("unicron_agent_replica_seconds").record(seconds);
+                    tracing::debug!(job = %snapshot.job, rank = snapshot.rank, step = snapshot.step, bytes = snapshot.bytes(), seconds, %holder, "replica sent");
                 }
                 Err(why) => {
                     connections.remove(&address);
@@ -247,7 +248,7 @@ pub async fn replicate(service: Arc<Snapshots>, mut queue: mpsc::UnboundedReceiv
     }
 }
 
-async fn push(
+pub(super) async fn push(
     service: &Snapshots,
     connections: &mut BTreeMap<String, TcpStream>,
     address: &str,

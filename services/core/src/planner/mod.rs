@@ -211,6 +211,28 @@ impl Planner {
         if let Some(reason) = budget_spent(state, &plan, failure_id.is_some()) {
             plan = policy::with_snapshot(&self.config, state, Vec::new(), reason);
         }
+        // What moving each agent-launched job it starts costs, as priced.
+        let started: BTreeSet<&str> = plan
+            .actions
+            .iter()
+            .filter(|a| starts_workers(a.action))
+            .filter_map(|a| a.job.as_deref())
+            .collect();
+        let estimates: Vec<String> = started
+            .into_iter()
+            .filter_map(|id| {
+                let job = state.jobs.get(id).filter(|j| j.launch.is_some())?;
+                let (seconds, source) = replan::job_transition_s(&self.config, state, job);
+                Some(format!("{id} {seconds:.1} s ({source})"))
+            })
+            .collect();
+        if !estimates.is_empty() {
+            plan.reason = format!(
+                "{}; transition estimates: {}",
+                plan.reason,
+                estimates.join(", ")
+            );
+        }
         let mut commands = Vec::with_capacity(plan.actions.len());
         let mut restarted = BTreeSet::new();
         for (index, action) in plan.actions.iter().enumerate() {

@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""Benchmarks of in-memory snapshots on this machine, with the real pieces:
+`unicron up --no-sim` (embedded broker, detector, planner) and two
+`unicron agent`s with replication on, each one node of one worker.
+
+1. What a snapshot every step costs the example job: its mean iteration
+   time with `--snapshot-every 1` against `--snapshot-every 0`, same seed,
+   two ranks (each agent also replicates to the other).
+2. Replica transfer: a worker hands its agent a state of 100 MB and 1 GB
+   (tools/torch-demo/snapshot_payload.py); the agent sends it to its peer
+   over TCP on loopback. MB/s of that send, against `cp` of the same bytes
+   to /dev/shm.
+
+    tools/torch-demo/snapshot_bench.py [--unicron target/release/unicron] [--json FILE]
+
+Debian's python3-torch only imports under /usr/bin/python3.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PYTHON = "/usr/bin/python3"
+ITER_MS = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*elapsed time per iteration \(ms\): ([0-9.]+)")
+REPLICA = re.compile(r"replica sent.*?bytes=(\d+) seconds=([0-9.e-]+)")
+SAVE = re.compile(r"save (\d+): (\d+) MB, training thread ([0-9.]+) ms, at the agent after ([0-9.]+) ms")
+
+
+def wait(what, check, within=120):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+class Cluster:
+    """`unicron up --no-sim` and two agents running one job."""
+
+    def __init__(self, unicron, job, command, memory_limit=8 << 30):
+        self.dir = tempfile.mkdtemp(prefix="unicron-snapbench-")
+        self.procs = []
+        run = os.path.join(self.dir, "run")
+        self.procs.append(self.spawn([unicron, "up", "--no-sim", "--archive", run], "up"))
+        wait("the broker", lambda: os.path.exists(os.path.join(run, "planner.pub")))
+        brokers = open(os.path.join(run, "brokers")).read().strip()
+        with open(os.path.join(self.dir, "secret"), "w") as f:
+            f.write("snapshot-bench-secret-of-32-bytes-at-least\n")
+        with open(os.path.join(self.dir, "agent.toml"), "w") as f:
+            f.write(f"""[metrics]
+enabled = false
+
+[agent]
+cluster = "bench"
+address = "127.0.0.1"
+stop_grace_s = 1.0
+snapshot_memory_limit = {memory_limit}
+snapshot_secret_file = {json.dumps(os.path.join(self.dir, "secret"))}
+
+[[agent.jobs]]
+id = {json.dumps(job)}
+min_nodes = 2
+max_nodes = 2
+master_port_base = 32600
+command = {json.dumps(command)}
+""")
+        env = dict(os.environ, RUST_LOG="info,unicron_agent::snapshot::peer=debug")
+        for node in ("b1", "b2"):
+            self.procs.append(self.spawn(
+                [unicron, "--config", os.path.join(self.dir, "agent.toml"), "agent",
+                 "--brokers", brokers, "--node", node,
+                 "--planner-key", os.path.join(run, "planner.pub"),
+                 "--state-dir", os.path.join(self.dir, f"state-{node}")], node, env))
+
+    def spawn(self, args, name, env=None):
+        out = open(os.path.join(self.dir, f"{name}.out"), "w")
+        err = open(os.path.join(self.dir, f"{name}.err"), "w")
+        return subprocess.Popen(args, cwd=self.dir, stdout=out, stderr=err, env=env,
+                                start_new_session=True)
+
+    def text(self, name):
+        try:
+            return open(os.path.join(self.dir, name)).read()
+        except OSError:
+            return ""
+
+    def stop(self):
+        for p in reversed(self.procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def iteration_ms(unicron, every, steps):
+    command = [PYTHON, os.path.join(REPO, "examples", "torch-gpt", "train.py"),
+               "--steps", str(steps), "--checkpoint-every", "0",
+               "--snapshot-every", str(every)]
+    cluster = Cluster(unicron, f"gpt-every-{every}", command)
+    try:
+        wait(f"{steps} steps", lambda: "training done" in cluster.text("b1.out")
+             or "training done" in cluster.text("b2.out"), within=600)
+        out = cluster.text("b1.out") + cluster.text("b2.out")
+        times = [float(ms) for it, ms in ITER_MS.findall(out) if int(it) > 20]
+        handover = re.findall(r"snapshot hand-over ([0-9.]+) ms per save", out)
+        return statistics.mean(times), [float(h) for h in handover]
+    finally:
+        cluster.stop()
+
+
+def replica(unicron, mb):
+    command = [PYTHON, os.path.join(HERE, "snapshot_payload.py"), "--mb", str(mb),
+               "--saves", "3", "--gap", "3"]
+    cluster = Cluster(unicron, f"payload-{mb}", command, memory_limit=(6 * mb + 64) << 20)
+    try:
+        wait("the payloads", lambda: cluster.text("b1.out").count("payload done") +
+             cluster.text("b2.out").count("payload done") >= 2, within=600)
+        # The last replica goes out after the last save reached the agent.
+        sent = wait("replicas", lambda: len(REPLICA.findall(
+            cluster.text("b1.err") + cluster.text("b2.err"))) >= 6 and REPLICA.findall(
+            cluster.text("b1.err") + cluster.text("b2.err")), within=120)
+        saves = SAVE.findall(cluster.text("b1.out") + cluster.text("b2.out"))
+        rates = [int(b) / float(s) / 1e6 for b, s in sent]
+        return {
+            "mb": mb,
+            "replica_mb_per_s": statistics.median(rates),
+            "replica_s": statistics.median(float(s) for _, s in sent),
+            "save_training_thread_ms": statistics.median(float(t) for _, _, t, _ in saves),
+            "save_at_agent_ms": statistics.median(float(a) for _, _, _, a in saves),
+        }
+    finally:
+        cluster.stop()
+
+
+def cp_to_shm(mb):
+    src = tempfile.NamedTemporaryFile(delete=False, dir="/var/tmp")
+    src.write(b"\1" * (mb << 20))
+    src.close()
+    dst = f"/dev/shm/unicron-snapbench-{os.getpid()}"
+    try:
+        best = None
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run(["cp", src.name, dst], check=True)
+            dt = time.perf_counter() - t0
+            best = dt if best is None else min(best, dt)
+            os.remove(dst)
+        return (mb << 20) / best / 1e6
+    finally:
+        os.remove(src.name)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--unicron", default=os.path.join(REPO, "target", "release", "unicron"))
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--sizes", default="100,1000", help="replica sizes, MB")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    if not os.path.exists(args.unicron):
+        raise SystemExit(f"{args.unicron}: build it first (cargo build --release -p unicron)")
+    report = {}
+    with_ms, handover = iteration_ms(args.unicron, 1, args.steps)
+    without_ms, _ = iteration_ms(args.unicron, 0, args.steps)
+    report["iteration_ms_with_snapshots"] = with_ms
+    report["iteration_ms_without"] = without_ms
+    report["snapshot_overhead"] = (with_ms - without_ms) / without_ms
+    report["handover_ms_per_save"] = statistics.mean(handover) if handover else None
+    print(f"example job, 2 ranks, steps 21-{args.steps}: {with_ms:.1f} ms per iteration with a "
+          f"snapshot every step, {without_ms:.1f} ms without: overhead "
+          f"{100 * report['snapshot_overhead']:+.1f}% (training thread in save: "
+          f"{report['handover_ms_per_save']:.2f} ms per save)")
+    report["replicas"] = []
+    for mb in (int(s) for s in args.sizes.split(",")):
+        r = replica(args.unicron, mb)
+        r["cp_to_dev_shm_mb_per_s"] = cp_to_shm(mb)
+        report["replicas"].append(r)
+        print(f"{mb} MB state: replica to the peer {r['replica_mb_per_s']:.0f} MB/s "
+              f"({r['replica_s']:.2f} s), cp to /dev/shm {r['cp_to_dev_shm_mb_per_s']:.0f} MB/s; "
+              f"save(): training thread {r['save_training_thread_ms']:.0f} ms, at the agent "
+              f"after {r['save_at_agent_ms']:.0f} ms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
