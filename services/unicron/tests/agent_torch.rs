@@ -268,7 +268,7 @@ fn one_failure(brokers: &str, before: usize, kinds: &[FailureKind]) -> (FailureE
 }
 
 #[test]
-fn four_agents_recover_two_real_pytorch_jobs_from_four_faults() {
+fn four_agents_recover_two_real_pytorch_jobs_from_five_faults() {
     need_torch();
     let py_spy = Command::new("py-spy").arg("--version").output();
     assert!(
