@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The real-PyTorch demo: `unicron up --no-sim` and four `unicron agent`s
 # train two jobs of the example GPT (examples/torch-gpt) on this machine,
-# four faults are injected one at a time (kill -9 of a worker, SIGSTOP of a
-# worker, kill -9 of a whole node, an exception in the training step), and
-# each is reported: detected kind, action, detection delay, time to the
-# first step after recovery, steps done again. Then the same job and faults
-# under torchrun's elastic agent (--max-restarts 3) for comparison.
+# with an in-memory snapshot every step held by the agents and replicated
+# to a peer; five faults are injected one at a time (kill -9 of a worker,
+# SIGSTOP of a worker, kill -9 of a whole node with the checkpoints
+# deleted, an exception in the training step, kill -9 in the middle of a
+# snapshot), and each is reported: detected kind, action, detection delay,
+# time to the first step after recovery, the agents' restore time, where
+# each rank's state came from (memory, replica:<node>, checkpoint) and the
+# steps done again; and the job's snapshot overhead. Then the same job and
+# faults under torchrun's elastic agent (--max-restarts 3, disk checkpoints
+# every 20 steps) for comparison.
 #
 #   tools/torch-demo/run.sh [--json FILE]
 #
@@ -29,7 +34,7 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-echo "== unicron: four agents, two jobs, four faults"
+echo "== unicron: four agents, two jobs, five faults"
 UNICRON_TORCH_DEMO_JSON="$work/unicron.json" \
   cargo test -q --release --workspace --test agent_torch -- --nocapture 2>&1 \
   | grep -v -E '^(running|test result|$)|has been running'

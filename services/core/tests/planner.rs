@@ -655,6 +655,97 @@ fn starts_of_agent_jobs_carry_the_rendezvous_and_bump_the_generation() {
     assert!(signing::verify(&forged, |_| Some(key)).is_err());
 }
 
+/// `node` reports snapshots of `job` (rank, step, replica) of generation 1.
+fn stored(feed: &mut Feed, node: &str, job: &str, held: &[(i32, i64, bool)]) -> Input {
+    let mut input = feed.node_joined("c", node);
+    if let InputEvent::Cluster(e) = &mut input.event {
+        e.kind = ClusterEventKind::SnapshotsStored;
+        e.gpus = None;
+        e.snapshots = held
+            .iter()
+            .map(|&(rank, step, replica)| SnapshotHeld {
+                job: job.into(),
+                rank,
+                step,
+                generation: 1,
+                local_world: 1,
+                bytes: 1000,
+                replica,
+            })
+            .collect();
+    }
+    input
+}
+
+#[test]
+fn a_restart_resumes_every_rank_at_one_snapshot_step_and_prices_itself_from_restores() {
+    let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());
+    agent_jobs(&mut p, &mut feed, None);
+    // The agents announce their snapshot services (restarted: none held).
+    for n in 1..=4 {
+        let mut joined = feed.node_joined("c", &format!("n{n}"));
+        if let InputEvent::Cluster(e) = &mut joined.event {
+            e.address = Some(format!("10.0.0.{n}"));
+            e.snapshot_address = Some(format!("10.0.0.{n}:7000"));
+        }
+        p.apply(&joined);
+    }
+    // big runs on n1, n2 (rank order); n2's rank 1 did not finish saving 12.
+    for input in [
+        stored(
+            &mut feed,
+            "n1",
+            "big",
+            &[(0, 11, false), (0, 12, false), (1, 11, true)],
+        ),
+        stored(
+            &mut feed,
+            "n2",
+            "big",
+            &[(1, 10, false), (1, 11, false), (0, 12, true)],
+        ),
+    ] {
+        let out = p.apply(&input);
+        assert!(commands(&out).is_empty());
+        assert!(decision(&out).reason.contains("more snapshots"));
+    }
+    let restart = commands(&p.apply(&feed.failure("c", "n2", FailureKind::CudaError)))[0].clone();
+    let plan = restart.snapshots.as_ref().expect("a start of an agent job");
+    assert_eq!(plan.step, Some(11), "{}", plan.reason);
+    assert_eq!(
+        plan.sources
+            .iter()
+            .map(|s| (s.rank, s.node.as_str()))
+            .collect::<Vec<_>>(),
+        [(0, "n1"), (1, "n2")]
+    );
+    assert_eq!(plan.replica_holders, ["n2", "n1"]);
+    let reason = decision(&p.apply(&feed.failure("c", "n1", FailureKind::OutOfMemory))).reason;
+    assert!(reason.contains("big 600.0 s (configured)"), "{reason}");
+
+    // The agents measured the restart: 2.5 s for its slowest rank.
+    for (rank, ms) in [(0, 1800), (1, 2500)] {
+        let mut input = feed.node_joined("c", "n1");
+        if let InputEvent::Cluster(e) = &mut input.event {
+            e.kind = ClusterEventKind::JobRestored;
+            e.restored = Some(RestoreReport {
+                job: "big".into(),
+                rank,
+                generation: 2,
+                command_id: restart.id.clone(),
+                action: "restart".into(),
+                source: "memory".into(),
+                step: Some(11),
+                bytes: 1000,
+                restore_ms: ms,
+            });
+        }
+        p.apply(&input);
+    }
+    let reason = decision(&p.apply(&feed.failure("c", "n2", FailureKind::CudaError))).reason;
+    assert!(reason.contains("big 2.5 s (measured)"), "{reason}");
+}
+
 #[test]
 fn a_start_is_done_when_every_named_node_has_answered() {
     let (mut p, mut feed) = (planner(PolicyName::Unicron), Feed::new());

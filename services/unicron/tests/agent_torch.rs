@@ -630,10 +630,40 @@ fn four_agents_recover_two_real_pytorch_jobs_from_five_faults() {
     }
 
     // The demo's report (tools/torch-demo/run.sh).
+    // What handing over a snapshot every step cost the training thread,
+    // against the mean iteration (the workers of the last generation say).
+    let (mut handover, mut iteration) = (Vec::new(), Vec::new());
+    for node in ["n1", "n2", "n3", "n4"] {
+        let out = std::fs::read_to_string(dir.join(format!("{node}.out"))).unwrap_or_default();
+        for line in out.lines() {
+            let number = |after: &str| -> Option<f64> {
+                line.split(after)
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            };
+            if let Some(ms) = number("snapshot hand-over ") {
+                handover.push(ms);
+            }
+            if let Some(ms) = number("elapsed time per iteration (ms): ") {
+                iteration.push(ms);
+            }
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let overhead = mean(&handover) / mean(&iteration);
+    println!(
+        "snapshot hand-over {:.3} ms per save, iteration {:.1} ms: {:.2}% of the step",
+        mean(&handover),
+        mean(&iteration),
+        overhead * 100.0
+    );
     if let Some(path) = std::env::var_os("UNICRON_TORCH_DEMO_JSON") {
         let faults: Vec<String> = measured.iter().map(Measured::json).collect();
         let json = format!(
-            "{{\"faults\": [{}], \"steps_completed\": {STEPS}, \"target_steps\": {STEPS}, \"final_loss\": {}, \"reference_loss\": {}, \"final_loss_small\": {}, \"reference_loss_small\": {}}}\n",
+            "{{\"faults\": [{}], \"snapshot_overhead\": {overhead:.4}, \"steps_completed\": {STEPS}, \"target_steps\": {STEPS}, \"final_loss\": {}, \"reference_loss\": {}, \"final_loss_small\": {}, \"reference_loss_small\": {}}}\n",
             faults.join(", "),
             references[0].0,
             references[0].1,
