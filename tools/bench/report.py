@@ -170,35 +170,70 @@ def agent(work):
         print("## Real PyTorch: `unicron agent` against torchrun's elastic agent")
         print()
         print("`tools/torch-demo/run.sh --json`: the example GPT (examples/torch-gpt, DDP on CPU,")
-        print("gloo, one worker per node, one step ≈ 0.1 s with `--step-sleep 0.08`, checkpoint")
-        print("every 20 steps). unicron: four agents as four nodes of two jobs, with detector")
-        print("and planner of `unicron up --no-sim`; delays from the injection to the failure's")
-        print("detection and to the job's first step after recovery. torchrun: the same job on")
-        print("one node with two workers, `--max-restarts 3 --monitor-interval 1` (1.13's")
-        print("default interval is 5 s), same faults on rank 1.")
+        print("gloo, one worker per node, one step ≈ 0.1 s with `--step-sleep 0.08`, disk checkpoint")
+        print("every 20 steps, an in-memory snapshot every step). unicron: four agents as four nodes")
+        print("of two jobs, replicas on (each node's snapshots on the job's other node), with")
+        print("detector and planner of `unicron up --no-sim`; delays from the injection to the")
+        print("failure's detection and to the job's first step after recovery; `restore` is the")
+        print("agents' own measure, from the start command's event time (the detection) to the")
+        print("slowest rank's first step. The node loss happens with the job's checkpoint directory")
+        print("deleted. torchrun: the same job on one node with two workers, `--max-restarts 3")
+        print("--monitor-interval 1` (1.13's default interval is 5 s), same faults on rank 1, its")
+        print("best case: disk checkpoints every 20 steps.")
         print()
-        print("| fault | unicron detected | action | detect | first step after | steps redone | torchrun: first step after | steps redone | torchrun says |")
-        print("|---|---|---|---:|---:|---:|---:|---:|---|")
+        print("| fault | unicron detected | action | detect | first step after | restore | restored from (by rank) | steps redone | torchrun: first step after | steps redone | torchrun says |")
+        print("|---|---|---|---:|---:|---:|---|---:|---:|---:|---|")
         theirs = {t["injected"]: t for t in report["torchrun"]["faults"]}
         for f in report["faults"]:
             t = theirs.get(f["injected"])
             if t is None:
-                tr = ("n/a (one node)", "", "")
+                tr = ("n/a (one node)" if "node" in f["injected"] else "not injected", "", "")
             elif t["recovered"]:
                 tr = (f"{t['recover_s']:.1f} s", str(t["steps_redone"]), t["torchrun_says"])
             else:
                 tr = ("never", "—", t["torchrun_says"])
             print(f"| {f['injected']} | {f['detected']} | {f['action']} | {f['detect_s']:.2f} s | {f['recover_s']:.2f} s "
+                  f"| {f.get('restore_s', 0):.2f} s | {' '.join(f.get('restored_from', []))} "
                   f"| {f['steps_redone']} | {tr[0]} | {tr[1]} | {tr[2][:90]} |")
         for t in report["torchrun"]["faults"]:
             if "max-restarts 0" in t["injected"]:
                 print()
                 print(f"torchrun with `--max-restarts 0`, rank 1 killed: its summary says {t['torchrun_says']}.")
         print()
+        if "snapshot_overhead" in report:
+            print(f"Snapshot every step: the training thread spent {100 * report['snapshot_overhead']:.2f}% "
+                  f"of the mean iteration in `save()` (the copy; serialisation and transfer run beside the next step).")
+            print()
         print(f"Both jobs reached step {report['steps_completed']} of {report['target_steps']}; final loss "
               f"{report['final_loss']:.9f} against {report['reference_loss']:.9f} uninterrupted (heavier job, "
               f"world size unchanged), {report['final_loss_small']:.9f} against "
               f"{report['reference_loss_small']:.9f} (lighter job, shrunk from two nodes to one).")
+        print()
+    snapshots = os.path.join(work, "snapshots.json")
+    if os.path.exists(snapshots):
+        with open(snapshots, encoding="utf-8") as f:
+            snap = json.load(f)
+        print("## In-memory snapshots: what they cost")
+        print()
+        print("`tools/torch-demo/snapshot_bench.py`: `unicron up --no-sim` and two agents with")
+        print("replicas on, on this 2-core machine (the ranks, the agents, the broker and the")
+        print("planner share both cores). The example job on two ranks, same seed, with a snapshot")
+        print("every step and without (mean iteration after step 20), all compute (`--step-sleep 0`)")
+        print("and with the demo's 0.1-s steps; then a worker handing its agent a state of 100 MB")
+        print("and 1 GB three times, each sent on to the peer agent over TCP on loopback.")
+        print()
+        print("| example job | ms per iteration, snapshot every step | without | overhead | training thread in `save()` |")
+        print("|---|---:|---:|---:|---:|")
+        for row in snap["example_job"]:
+            print(f"| `--step-sleep {row['step_sleep_s']}` | {row['iteration_ms_with_snapshots']:.1f} "
+                  f"| {row['iteration_ms_without']:.1f} | {100 * row['snapshot_overhead']:+.1f}% "
+                  f"| {row['handover_ms_per_save'] or 0:.2f} ms |")
+        print()
+        print("| state | replica to the peer | MB/s | `cp` to /dev/shm, MB/s | `save()` on the training thread | at the agent after |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for r in snap["replicas"]:
+            print(f"| {r['mb']} MB | {r['replica_s']:.2f} s | {r['replica_mb_per_s']:.0f} | "
+                  f"{r['cp_to_dev_shm_mb_per_s']:.0f} | {r['save_training_thread_ms']:.0f} ms | {r['save_at_agent_ms']:.0f} ms |")
         print()
     cost = os.path.join(work, "agent.out")
     if os.path.exists(cost):

@@ -54,6 +54,10 @@ python3 tools/bench/agent.py --unicron "$CARGO_TARGET_DIR/release/unicron" >"$wo
 echo "bench: real PyTorch, unicron agent and torchrun (about 5 min)" >&2
 tools/torch-demo/run.sh --json "$work/torch.json" >"$work/torch.out"
 
+echo "bench: in-memory snapshots, overhead and replica transfer (about 3 min)" >&2
+/usr/bin/python3 tools/torch-demo/snapshot_bench.py --unicron "$CARGO_TARGET_DIR/release/unicron" \
+  --json "$work/snapshots.json" >"$work/snapshots.out"
+
 echo "bench: a real Slurm, unicron and Slurm's own requeue (about 6 min)" >&2
 tools/slurm-demo/run.sh --json "$work/slurm.json" >"$work/slurm.out"
 

@@ -110,10 +110,10 @@ command = {json.dumps(command)}
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def iteration_ms(unicron, every, steps):
+def iteration_ms(unicron, every, steps, step_sleep):
     command = [PYTHON, os.path.join(REPO, "examples", "torch-gpt", "train.py"),
                "--steps", str(steps), "--checkpoint-every", "0",
-               "--snapshot-every", str(every)]
+               "--snapshot-every", str(every), "--step-sleep", str(step_sleep)]
     cluster = Cluster(unicron, f"gpt-every-{every}", command)
     try:
         wait(f"{steps} steps", lambda: "training done" in cluster.text("b1.out")
@@ -172,24 +172,32 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--unicron", default=os.path.join(REPO, "target", "release", "unicron"))
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--sizes", default="100,1000", help="replica sizes, MB")
+    p.add_argument("--sizes", default="100,1000", help="replica sizes, MB (empty: none)")
+    p.add_argument("--step-sleep", type=float, action="append",
+                   help="the example job's --step-sleep; repeatable (default: 0 and 0.08, "
+                        "all compute and the demo's 0.1-s steps)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     if not os.path.exists(args.unicron):
         raise SystemExit(f"{args.unicron}: build it first (cargo build --release -p unicron)")
-    report = {}
-    with_ms, handover = iteration_ms(args.unicron, 1, args.steps)
-    without_ms, _ = iteration_ms(args.unicron, 0, args.steps)
-    report["iteration_ms_with_snapshots"] = with_ms
-    report["iteration_ms_without"] = without_ms
-    report["snapshot_overhead"] = (with_ms - without_ms) / without_ms
-    report["handover_ms_per_save"] = statistics.mean(handover) if handover else None
-    print(f"example job, 2 ranks, steps 21-{args.steps}: {with_ms:.1f} ms per iteration with a "
-          f"snapshot every step, {without_ms:.1f} ms without: overhead "
-          f"{100 * report['snapshot_overhead']:+.1f}% (training thread in save: "
-          f"{report['handover_ms_per_save']:.2f} ms per save)")
+    report = {"example_job": []}
+    for sleep in args.step_sleep or [0.0, 0.08]:
+        with_ms, handover = iteration_ms(args.unicron, 1, args.steps, sleep)
+        without_ms, _ = iteration_ms(args.unicron, 0, args.steps, sleep)
+        row = {
+            "step_sleep_s": sleep,
+            "iteration_ms_with_snapshots": with_ms,
+            "iteration_ms_without": without_ms,
+            "snapshot_overhead": (with_ms - without_ms) / without_ms,
+            "handover_ms_per_save": statistics.mean(handover) if handover else None,
+        }
+        report["example_job"].append(row)
+        print(f"example job, 2 ranks, --step-sleep {sleep}, steps 21-{args.steps}: {with_ms:.1f} ms "
+              f"per iteration with a snapshot every step, {without_ms:.1f} ms without: overhead "
+              f"{100 * row['snapshot_overhead']:+.1f}% (training thread in save: "
+              f"{row['handover_ms_per_save']:.2f} ms per save)")
     report["replicas"] = []
-    for mb in (int(s) for s in args.sizes.split(",")):
+    for mb in (int(s) for s in args.sizes.split(",") if s):
         r = replica(args.unicron, mb)
         r["cp_to_dev_shm_mb_per_s"] = cp_to_shm(mb)
         report["replicas"].append(r)

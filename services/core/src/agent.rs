@@ -23,7 +23,7 @@ pub struct Role {
     pub restore_from: Option<String>,
     /// The start's restore point and replica placement, when the planner
     /// gave one.
-    pub snapshots: Option<SnapshotPlan>,
+    pub snapshots: Option<Box<SnapshotPlan>>,
 }
 
 /// Where one local rank resumes from, as its worker is told.
@@ -213,7 +213,7 @@ pub fn step(
                 master_addr: rendezvous.master_addr.clone(),
                 master_port,
                 restore_from: command.restore_from.clone(),
-                snapshots: command.snapshots.clone(),
+                snapshots: command.snapshots.clone().map(Box::new),
             })
         }
         CommandAction::Unknown => AgentStep::Nothing,

@@ -283,9 +283,9 @@ pub struct ClusterEvent {
     /// snapshots_stored: what `node` stored since its last report, in order.
     #[serde(default)]
     pub snapshots: Vec<SnapshotHeld>,
-    /// job_restored: what one rank's restore cost.
+    /// job_restored: what one rank's restore cost (boxed: rare, and large).
     #[serde(default)]
-    pub restored: Option<RestoreReport>,
+    pub restored: Option<Box<RestoreReport>>,
 }
 
 /// One complete in-memory snapshot an agent holds.

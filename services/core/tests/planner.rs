@@ -728,7 +728,7 @@ fn a_restart_resumes_every_rank_at_one_snapshot_step_and_prices_itself_from_rest
         let mut input = feed.node_joined("c", "n1");
         if let InputEvent::Cluster(e) = &mut input.event {
             e.kind = ClusterEventKind::JobRestored;
-            e.restored = Some(RestoreReport {
+            e.restored = Some(Box::new(RestoreReport {
                 job: "big".into(),
                 rank,
                 generation: 2,
@@ -738,7 +738,7 @@ fn a_restart_resumes_every_rank_at_one_snapshot_step_and_prices_itself_from_rest
                 step: Some(11),
                 bytes: 1000,
                 restore_ms: ms,
-            });
+            }));
         }
         p.apply(&input);
     }

@@ -69,7 +69,7 @@ fn restores(brokers: &str, caused: &[Cmd]) -> Vec<RestoreReport> {
     read::<ClusterEvent>(brokers, "unicron.cluster")
         .into_iter()
         .filter(|e| e.kind == ClusterEventKind::JobRestored)
-        .filter_map(|e| e.restored)
+        .filter_map(|e| e.restored.map(|r| *r))
         .filter(|r| ids.contains(&r.command_id.as_str()))
         .collect()
 }

@@ -346,7 +346,7 @@ impl Snapshots {
         let mut event = self.reporter.cluster_event(ClusterEventKind::JobRestored);
         event.node = Some(self.node.clone());
         event.job_id = Some(job.to_string());
-        event.restored = Some(RestoreReport {
+        event.restored = Some(Box::new(RestoreReport {
             job: job.to_string(),
             rank,
             generation,
@@ -356,7 +356,7 @@ impl Snapshots {
             step,
             bytes,
             restore_ms,
-        });
+        }));
         tracing::info!(job, rank, %source, ?step, bytes, restore_ms, "first step after restore");
         self.reporter.send(Outgoing::Cluster(event));
     }

@@ -124,7 +124,7 @@ fn start(
             master_addr: "127.0.0.1".into(),
             master_port: 29500,
             restore_from: command.restore_from.clone(),
-            snapshots: Some(plan.clone()),
+            snapshots: Some(Box::new(plan.clone())),
         })
         .collect();
     (command, roles)
@@ -293,7 +293,7 @@ async fn torn_foreign_and_oversized_snapshots_are_refused_with_reasons() {
     torn.write.write_all(&[1; 400]).await.unwrap();
     drop(torn);
     until("the torn snapshot's refusal", || {
-        n1.service.store().get("j", 0, 14).is_none() && n1.events.len() > 0
+        n1.service.store().get("j", 0, 14).is_none() && !n1.events.is_empty()
     })
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -409,7 +409,7 @@ async fn a_replica_that_cannot_be_fetched_sends_the_rank_to_the_checkpoint() {
     drop(gone);
     let (mut command, roles) = start(&[("n2", &n2)], &["n2"], 2, Some(7), &[(0, "n1")]);
     let mut role = roles[0].clone();
-    for plan in [command.snapshots.as_mut(), role.snapshots.as_mut()] {
+    for plan in [command.snapshots.as_mut(), role.snapshots.as_deref_mut()] {
         plan.unwrap().peers.push(SnapshotPeer {
             node: "n1".into(),
             address: address.clone(),

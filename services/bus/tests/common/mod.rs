@@ -157,16 +157,18 @@ pub fn cluster(full: bool) -> ClusterEvent {
         } else {
             Vec::new()
         },
-        restored: full.then(|| unicron_core::RestoreReport {
-            job: "gpt-13b".into(),
-            rank: 3,
-            generation: 3,
-            command_id: "c:1".into(),
-            action: "restart".into(),
-            source: "replica:node-2".into(),
-            step: Some(1200),
-            bytes: 1 << 30,
-            restore_ms: 4200,
+        restored: full.then(|| {
+            Box::new(unicron_core::RestoreReport {
+                job: "gpt-13b".into(),
+                rank: 3,
+                generation: 3,
+                command_id: "c:1".into(),
+                action: "restart".into(),
+                source: "replica:node-2".into(),
+                step: Some(1200),
+                bytes: 1 << 30,
+                restore_ms: 4200,
+            })
         }),
     }
 }
