@@ -238,14 +238,18 @@ impl StatusView {
                 self.drain(&cluster);
             }
             Record::Decision(decision) => {
-                self.push(
-                    EntryKind::Decision,
-                    &decision.cluster,
-                    decision.time_ms,
-                    &decision.id,
-                    decision_summary(&decision),
-                    &decision,
-                );
+                // Snapshot reports change what restores can use, nothing an
+                // operator reads: applied, not listed.
+                if decision.trigger.kind != crate::planner::SNAPSHOT_REPORT {
+                    self.push(
+                        EntryKind::Decision,
+                        &decision.cluster,
+                        decision.time_ms,
+                        &decision.id,
+                        decision_summary(&decision),
+                        &decision,
+                    );
+                }
                 let cluster = decision.cluster.clone();
                 let log = self.clusters.entry(cluster.clone()).or_default();
                 log.waiting.push_back(decision);

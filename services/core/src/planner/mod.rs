@@ -32,6 +32,10 @@ use crate::signing::CommandSigner;
 /// to different decisions, so replay can tell a bug from a policy change.
 pub const POLICY_VERSION: &str = "2";
 
+/// The trigger kind of decisions that only note an agent's snapshots: a
+/// few a second per node, so views of recent decisions leave them out.
+pub const SNAPSHOT_REPORT: &str = "snapshot_report";
+
 /// The blast-radius window: isolations are counted over an hour.
 const ISOLATION_WINDOW_MS: i64 = 3_600_000;
 
@@ -573,9 +577,9 @@ fn on_cluster_event(
     let mut return_node = None;
     // Reports of what agents hold and what restores cost: state only, no
     // plan is evaluated (they arrive every few training steps).
-    let noted = |ref_id: String, reason: String| {
+    let noted = |trigger_kind: &'static str, ref_id: String, reason: String| {
         Ok(Planned {
-            trigger_kind: "cluster_event",
+            trigger_kind,
             ref_id,
             plan: Plan {
                 actions: Vec::new(),
@@ -593,6 +597,7 @@ fn on_cluster_event(
             let n = snapshots::note(state, &node, &e.snapshots);
             let steps: BTreeSet<i64> = e.snapshots.iter().map(|s| s.step).collect();
             return noted(
+                SNAPSHOT_REPORT,
                 node.clone(),
                 format!("{node} holds {n} more snapshots (steps {steps:?})"),
             );
@@ -619,7 +624,7 @@ fn on_cluster_event(
                 }
                 None => format!("job {} is not planned here; restore cost not kept", r.job),
             };
-            return noted(r.job.clone(), reason);
+            return noted("restore_report", r.job.clone(), reason);
         }
         _ => {}
     }
