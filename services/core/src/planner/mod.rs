@@ -238,9 +238,13 @@ impl Planner {
             );
         }
         let mut commands = Vec::with_capacity(plan.actions.len());
+        let mut restore_points = Vec::new();
         let mut restarted = BTreeSet::new();
         for (index, action) in plan.actions.iter().enumerate() {
             let (nodes, rendezvous, snapshots) = rendezvous(state, action);
+            if let (Some(plan), Some(job)) = (&snapshots, &action.job) {
+                restore_points.push(format!("{job} resumes from {}", plan.reason));
+            }
             if rendezvous.is_some()
                 && failure_id.is_some()
                 && let Some(job) = &action.job
@@ -293,6 +297,9 @@ impl Planner {
                 },
             );
             commands.push(command);
+        }
+        if !restore_points.is_empty() {
+            plan.reason = format!("{}; {}", plan.reason, restore_points.join("; "));
         }
         let decision = Decision {
             id: decision_id,

@@ -180,7 +180,7 @@ fn choose(
 ) -> Result<(i64, Vec<RankSource>), String> {
     let entry = state.jobs.get(job);
     if entry.is_some_and(|j| j.generation == 0) {
-        return Err("first start: nothing to restore".into());
+        return Err("nothing (a first start)".into());
     }
     let index = entry
         .map(|j| &j.snapshots)
