@@ -127,8 +127,10 @@ def iteration_ms(unicron, every, steps, step_sleep):
 
 
 def replica(unicron, mb):
+    # Far enough apart that no save waits for the one before (at most one
+    # in flight): each is measured alone.
     command = [PYTHON, os.path.join(HERE, "snapshot_payload.py"), "--mb", str(mb),
-               "--saves", "3", "--gap", "3"]
+               "--saves", "3", "--gap", str(3 + mb // 50)]
     cluster = Cluster(unicron, f"payload-{mb}", command, memory_limit=(6 * mb + 64) << 20)
     try:
         wait("the payloads", lambda: cluster.text("b1.out").count("payload done") +
