@@ -211,6 +211,7 @@ impl Supervisor {
         let (job_id, generation, by) = (job.id.clone(), role.generation, stopped_by.clone());
         let (finishing, first_node) = (finishing.clone(), role.node_rank == 0);
         let done = self.done.clone();
+        let snapshots = self.snapshots.clone();
         tokio::spawn(async move {
             let status = child.wait().await;
             let mut event = reporter.event(AgentEventKind::ProcessExit, Some(&job_id), Some(rank));
@@ -243,6 +244,9 @@ impl Supervisor {
                     reporter.send(Outgoing::Cluster(finished));
                 }
                 tracing::info!(job = %job_id, "job finished");
+                if let Some(snapshots) = &snapshots {
+                    snapshots.forget_job(&job_id);
+                }
                 done.notify_one();
             }
         });

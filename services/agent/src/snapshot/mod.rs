@@ -198,6 +198,12 @@ impl Snapshots {
         );
     }
 
+    /// The job finished here: its snapshots are nobody's to restore.
+    pub fn forget_job(&self, job: &str) {
+        self.store().drop_after(job, None);
+        self.held_changed();
+    }
+
     /// Starts fetching a replica source; `None` for memory or checkpoint.
     fn prefetch(self: &Arc<Self>, role: &Role, restore: &RankRestore) -> Option<Fetch> {
         let (Some(step), Some(from), Some(node)) = (restore.step, restore.from_rank, &restore.node)
