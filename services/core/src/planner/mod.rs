@@ -258,11 +258,23 @@ impl Planner {
             } else {
                 BTreeSet::new()
             };
+            let command_id = format!(
+                "c:{cluster}:{}:{}:{}:{index}",
+                input.topic, input.partition, input.offset
+            );
+            // Restores after a failure are what a transition costs; a
+            // job's first start or a re-plan on a new node is not one.
+            if rendezvous.is_some()
+                && failure_id.is_some()
+                && let Some(j) = action.job.as_ref().and_then(|job| state.jobs.get_mut(job))
+            {
+                j.failure_starts.push_back(command_id.clone());
+                if j.failure_starts.len() > state::FAILURE_STARTS {
+                    j.failure_starts.pop_front();
+                }
+            }
             let mut command = Command {
-                id: format!(
-                    "c:{cluster}:{}:{}:{}:{index}",
-                    input.topic, input.partition, input.offset
-                ),
+                id: command_id,
                 cluster: cluster.clone(),
                 decision_id: decision_id.clone(),
                 time_ms,
@@ -615,6 +627,12 @@ fn on_cluster_event(
                 .as_ref()
                 .ok_or_else(|| "job_restored without restored".to_string())?;
             let reason = match state.jobs.get_mut(&r.job) {
+                Some(job) if !job.failure_starts.contains(&r.command_id) => format!(
+                    "job {} rank {} started in {:.2} s, not after a failure: not a transition cost",
+                    r.job,
+                    r.rank,
+                    r.restore_ms as f64 / 1000.0
+                ),
                 Some(job) => {
                     let cost = job.restore_costs.entry(r.action.clone()).or_default();
                     cost.add(&r.command_id, r.restore_ms);
@@ -661,6 +679,7 @@ fn on_cluster_event(
                             restarts: 0,
                             snapshots: Default::default(),
                             restore_costs: BTreeMap::new(),
+                            failure_starts: Default::default(),
                         },
                     );
                 }

@@ -288,6 +288,7 @@ mod tests {
                 restarts: 0,
                 snapshots: JobSnapshots::default(),
                 restore_costs: BTreeMap::new(),
+                failure_starts: Default::default(),
             },
         );
         state

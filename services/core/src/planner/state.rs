@@ -2,7 +2,7 @@
 //! replaying the cluster's inputs. Only ordered maps, so serialising it (for
 //! the store and the decision digest) is deterministic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -84,7 +84,14 @@ pub struct Job {
     /// What its restores cost, by start action, as its agents measured.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub restore_costs: BTreeMap<String, RestoreCost>,
+    /// Its newest start commands issued after a failure (bounded): only
+    /// their restores are transition costs.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub failure_starts: VecDeque<String>,
 }
+
+/// Start commands after failures a job remembers, for pricing restores.
+pub const FAILURE_STARTS: usize = 16;
 
 /// Measured restores of one action: each start command counts once, at
 /// the time its slowest rank took to its first step.
