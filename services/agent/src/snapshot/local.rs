@@ -208,6 +208,7 @@ impl Snapshots {
             answer.source = "none".into();
             return (answer, None);
         };
+        let fetched = fetch.is_some();
         let found = match (restore.step, restore.from_rank) {
             (Some(step), Some(from)) => match fetch {
                 None => self
@@ -224,12 +225,18 @@ impl Snapshots {
             _ => Err("the start command chose the disk checkpoint".to_string()),
         };
         let key = (header.job.clone(), header.rank);
+        // Where it really came from: a replica source held here is memory.
+        let source = if fetched {
+            restore.resume_from.clone()
+        } else {
+            "memory".to_string()
+        };
         match found {
             Ok(snapshot) => {
                 self.restored.lock().expect("not poisoned").insert(
                     key,
                     Restored {
-                        source: restore.resume_from.clone(),
+                        source: source.clone(),
                         step: Some(snapshot.step),
                         bytes: snapshot.bytes() as i64,
                     },
@@ -243,7 +250,7 @@ impl Snapshots {
                     generation: header.generation,
                     len: snapshot.bytes(),
                     sha256: snapshot.sha256.clone(),
-                    source: restore.resume_from,
+                    source,
                     ..Header::default()
                 };
                 (answer, Some(snapshot))

@@ -210,7 +210,9 @@ impl Snapshots {
         else {
             return None;
         };
-        if node == &self.node {
+        // Held here already (the planner's view of this node may lag its
+        // reports by a moment): memory beats a fetch.
+        if node == &self.node || self.store().get(&role.job, from, step).is_some() {
             return None;
         }
         let (tx, rx) = watch::channel(None);

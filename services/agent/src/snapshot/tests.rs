@@ -225,20 +225,28 @@ async fn snapshots_are_replicated_and_restored_from_memory_or_the_peer() {
     assert_eq!(held1, vec![(0, 1, false), (0, 2, false), (0, 3, false)]);
     assert_eq!(held2.last(), Some(&(0, 3, true)));
 
-    // Generation 2: ranks swap nodes; rank 0 on n2 comes from n1, rank 1
-    // on n1 from... n1's own memory is not where rank 1 was: nothing.
-    let agents = [("n1", &n1), ("n2", &n2)];
-    let (command, roles) = start(&agents, &["n2", "n1"], 2, Some(3), &[(0, "n1")]);
-    n2.service.on_start(&roles[0], &command, 1);
+    // Generation 2 on n3 (which holds nothing) and n1: rank 0 on n3 comes
+    // from n1, fetched at once when the command arrives.
+    let n3 = Agent::start(dir.path(), "n3", SECRET).await;
+    let agents = [("n1", &n1), ("n2", &n2), ("n3", &n3)];
+    let (command, roles) = start(&agents, &["n3", "n1"], 2, Some(3), &[(0, "n1")]);
+    n3.service.on_start(&roles[0], &command, 1);
     n1.service.on_start(&roles[1], &command, 1);
-    let (answer, data) = Worker::connect(&n2).await.restore(0, 2).await;
+    let (answer, data) = Worker::connect(&n3).await.restore(0, 2).await;
     assert!(answer.ok, "{}", answer.reason);
     assert_eq!((answer.source.as_str(), answer.step), ("replica:n1", 3));
     assert_eq!(data, state(3));
+    // A node the command sends to a peer for state it holds itself (the
+    // planner had not yet heard of its copy) serves it from memory.
+    let (command, roles) = start(&agents, &["n2", "n1"], 3, Some(3), &[(0, "n1")]);
+    n2.service.on_start(&roles[0], &command, 1);
+    let (answer, data) = Worker::connect(&n2).await.restore(0, 3).await;
+    assert_eq!((answer.ok, answer.source.as_str()), (true, "memory"));
+    assert_eq!(data, state(3));
     // The same from n1's own memory.
-    let (command, roles) = start(&agents, &["n1", "n2"], 3, Some(3), &[(0, "n1")]);
+    let (command, roles) = start(&agents, &["n1", "n2"], 4, Some(3), &[(0, "n1")]);
     n1.service.on_start(&roles[0], &command, 1);
-    let (answer, data) = Worker::connect(&n1).await.restore(0, 3).await;
+    let (answer, data) = Worker::connect(&n1).await.restore(0, 4).await;
     assert_eq!((answer.ok, answer.source.as_str()), (true, "memory"));
     assert_eq!(data, state(3));
 }
