@@ -27,7 +27,9 @@ use unicron_core::{
 };
 
 const PYTHON: &str = "/usr/bin/python3";
-const STEPS: u32 = 500;
+// Enough that both jobs still train at the fifth fault, however fast the
+// recoveries before it.
+const STEPS: u32 = 800;
 const CHECKPOINT_EVERY: u32 = 20;
 const CLUSTER: &str = "torch";
 
