@@ -417,6 +417,21 @@ max_isolations_per_hour = 100
             std::thread::sleep(Duration::from_millis(500));
         }
     };
+    // All three in the group before the kill: on a slow start one member
+    // may join only after the first round, and killing it then moves
+    // nothing.
+    let started = Instant::now();
+    while !["p0", "p1", "p2"].iter().all(|n| {
+        std::fs::read_to_string(dir.path().join(format!("{n}.log")))
+            .is_ok_and(|log| log.contains("took over partition"))
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not every planner was given partitions:\n{}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let first = send_round(FailureKind::CudaError, "n1", &mut time_ms);
     wait_decided("the first round's decisions", &first);
 
