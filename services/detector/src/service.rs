@@ -356,16 +356,27 @@ impl Processor for DetectorProcessor {
     }
 
     /// Partitions moved: state about nodes read elsewhere now is stale.
-    /// A rebalance that gives back the same partitions (a coordinator that
-    /// moved with a broker restart, a member that joined and left) keeps
-    /// it: its held symptoms and timers came from records whose offsets
-    /// are committed already, and forgetting them would lose failures.
+    /// A rebalance that keeps every partition this instance had (a
+    /// coordinator that moved with a broker restart, a member that joined
+    /// and left, a newly created input topic joining) keeps it: its held
+    /// symptoms and timers came from records whose offsets are committed
+    /// already, and forgetting them would lose failures.
     async fn reassigned(
         &mut self,
         assigned: &[(String, i32)],
         _store: Option<&Store>,
     ) -> Result<(), DetectorError> {
-        if assigned.is_empty() || assigned == self.assigned.as_slice() {
+        if assigned.is_empty() {
+            return Ok(());
+        }
+        if self.assigned.iter().all(|p| assigned.contains(p)) && !self.assigned.is_empty() {
+            if assigned.len() > self.assigned.len() {
+                tracing::info!(
+                    partitions = assigned.len(),
+                    "assignment grew: detector state kept"
+                );
+                self.assigned = assigned.to_vec();
+            }
             return Ok(());
         }
         tracing::info!(
@@ -607,19 +618,39 @@ fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
 /// librdkafka's property that sets how soon a pattern subscription sees a
 /// topic created after it.
 const METADATA_REFRESH: &str = "topic.metadata.refresh.interval.ms";
+const METADATA_MAX_AGE: &str = "metadata.max.age.ms";
+/// librdkafka's own cache age at its default refresh (3 x 5 minutes).
+const METADATA_MAX_AGE_MS: i64 = 15 * 60 * 1000;
 
-/// `kafka` with the metadata refresh at `every_s`, unless the site set it.
+/// Refreshes topic metadata every `every_s`, so a pattern-subscribed
+/// topic created later is joined within about that time.
+///
+/// librdkafka ties the metadata cache's age limit to the refresh interval
+/// (`metadata.max.age.ms` = 3 x refresh). At a 1-s refresh a refresh that
+/// lands more than 3 s late (a loaded machine, a slow broker) lets the
+/// subscribed topics expire from the cache; the consumer then sees its
+/// subscription shrink and grow back and rejoins the group twice. On the
+/// embedded broker every rejoin holds the group for the session timeout
+/// less a second, the detector reads nothing meanwhile, and runs of one
+/// seed diverged. Pinning the age limit to librdkafka's default keeps a
+/// late refresh harmless; a deleted topic still leaves the cache at once,
+/// because the broker's answer says so.
 fn with_topic_discovery(kafka: &KafkaConfig, every_s: f64) -> KafkaConfig {
     let mut kafka = kafka.clone();
-    if !kafka
+    let set: Vec<String> = kafka
         .librdkafka_properties()
-        .iter()
-        .any(|(key, _)| key == METADATA_REFRESH)
-    {
-        kafka.properties.insert(
-            METADATA_REFRESH.into(),
-            unicron_bus::config::PropertyValue::Int((every_s * 1000.0).round() as i64),
-        );
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    for (key, value) in [
+        (METADATA_REFRESH, (every_s * 1000.0).round() as i64),
+        (METADATA_MAX_AGE, METADATA_MAX_AGE_MS),
+    ] {
+        if !set.iter().any(|k| k == key) {
+            kafka
+                .properties
+                .insert(key.into(), unicron_bus::config::PropertyValue::Int(value));
+        }
     }
     kafka
 }
@@ -670,9 +701,9 @@ mod tests {
     use super::*;
     use unicron_core::detector::LogRules;
 
-    /// A rebalance that hands back the same partitions keeps what the
-    /// detector holds (here a heartbeat deadline); a different assignment
-    /// starts afresh.
+    /// A rebalance that hands back the same partitions, or more, keeps
+    /// what the detector holds (here a heartbeat deadline); one that takes
+    /// a partition away starts afresh.
     #[tokio::test]
     async fn only_a_changed_assignment_resets_the_detector() {
         use unicron_core::detector::{DetectorInput, Observation, Source};
@@ -710,7 +741,14 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(processor.detector.idle_candidates().len(), 1, "kept");
-        processor.reassigned(&[agent(0)], None).await.unwrap();
+        // A topic created later (an optional input) joins: nothing is lost.
+        let otlp = ("otlp_logs".to_string(), 0);
+        processor
+            .reassigned(&[agent(0), agent(1), otlp.clone()], None)
+            .await
+            .unwrap();
+        assert_eq!(processor.detector.idle_candidates().len(), 1, "grown");
+        processor.reassigned(&[agent(0), otlp], None).await.unwrap();
         assert!(processor.detector.idle_candidates().is_empty(), "reset");
     }
 

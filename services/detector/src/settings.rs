@@ -26,12 +26,10 @@ pub struct DetectorSettings {
     /// failure. The only wall-clock setting of the detector; 0 turns it off.
     pub outage_grace_s: f64,
     /// How often the consumer looks for new topics matching an optional
-    /// input's pattern (librdkafka's `topic.metadata.refresh.interval.ms`).
-    /// 300 s, librdkafka's default: a 1-s refresh picks up a Collector that
-    /// starts later within seconds on a Kafka broker, but on the embedded
-    /// broker under load it made `unicron up` runs of one seed diverge (the
-    /// cause is not yet found), so it is opt-in. A `[kafka]` setting of the
-    /// property wins.
+    /// input's pattern (librdkafka's `topic.metadata.refresh.interval.ms`),
+    /// so a Collector that starts after unicron is read within seconds. The
+    /// metadata cache's age limit is pinned apart from it (see
+    /// `with_topic_discovery`). A `[kafka]` setting of either property wins.
     pub new_topic_check_s: f64,
     /// Wall-clock seconds after which a cluster with no new record on
     /// caught-up inputs gets an idle tick, so held symptoms and timers
@@ -57,7 +55,7 @@ impl Default for DetectorSettings {
             inputs: ExternalInput::collector_defaults(),
             tuning: DetectorConfig::default(),
             outage_grace_s: 30.0,
-            new_topic_check_s: 300.0,
+            new_topic_check_s: 1.0,
             idle_tick_s: 2.0,
             lag_guard_records: 20_000,
             lag_guard_s: 15.0,

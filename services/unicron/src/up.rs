@@ -19,6 +19,10 @@ use unicron_simulator::{Arrivals, Progress, SimConfig, Summary};
 use crate::cli::UpArgs;
 use crate::config::Config;
 
+/// Partitions of an external input topic `up` creates on its embedded
+/// broker, so a second detector instance would have some to take.
+const INPUT_PARTITIONS: i32 = 3;
+
 /// Real time the services get, after the simulation ends, to finish what
 /// is in flight before the summary is taken.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -73,6 +77,15 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             let broker = EmbeddedBroker::start(config.embedded.brokers)
                 .context("starting the embedded broker")?;
             let reports = broker.ensure_topics(&topology, prefix)?;
+            // The detector's external inputs too: this broker is unicron's
+            // own, and a topic created after the detector joined would be
+            // read only after a rebalance, which the embedded broker holds
+            // for the session timeout less a second. On a shared Kafka the
+            // input topics belong to the pipeline; the detector joins them
+            // within `new_topic_check_s` of their creation.
+            for input in &config.detector.inputs {
+                broker.create_topic(&input.topic, INPUT_PARTITIONS)?;
+            }
             let bootstrap = broker.bootstrap_servers().to_string();
             _embedded = Some(broker);
             (bootstrap, reports)

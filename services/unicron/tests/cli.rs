@@ -761,7 +761,8 @@ fn classify_prints_one_verdict_per_line_and_rejects_bad_rules() {
 }
 
 /// A site whose only input is the OpenTelemetry Collector's `otlp_logs`
-/// (created after unicron started): the failure it carries is detected, and
+/// (which `up` creates on its embedded broker): the failure it carries is
+/// detected, and
 /// `replay --from-kafka` re-derives it from that topic.
 #[test]
 fn replay_re_derives_failures_from_an_otlp_only_input() {
@@ -769,7 +770,6 @@ fn replay_re_derives_failures_from_an_otlp_only_input() {
     let mut child = common::Running(
         unicron()
             .args(["up", "--no-sim", "--duration", "120s"])
-            .env("UNICRON_DETECTOR__NEW_TOPIC_CHECK_S", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
