@@ -52,7 +52,7 @@ impl Default for DetectorSettings {
         DetectorSettings {
             group_id: "unicron-detector".into(),
             rules_file: None,
-            inputs: ExternalInput::collector_defaults(),
+            inputs: ExternalInput::site_defaults(),
             tuning: DetectorConfig::default(),
             outage_grace_s: 30.0,
             new_topic_check_s: 1.0,

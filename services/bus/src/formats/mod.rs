@@ -8,6 +8,7 @@ mod fluent_bit;
 pub mod labels;
 mod otlp;
 mod prometheus;
+mod rsyslog;
 pub mod time;
 mod vector;
 
@@ -33,6 +34,8 @@ pub enum InputFormat {
     VectorJson,
     /// Fluent Bit's Kafka output with `format json`: a log per record.
     FluentBitJson,
+    /// rsyslog's omkafka with unicron's JSON template: a log per record.
+    RsyslogJson,
 }
 
 impl InputFormat {
@@ -43,6 +46,7 @@ impl InputFormat {
             InputFormat::PrometheusJson => "prometheus_json",
             InputFormat::VectorJson => "vector_json",
             InputFormat::FluentBitJson => "fluent_bit_json",
+            InputFormat::RsyslogJson => "rsyslog_json",
         }
     }
 }
@@ -74,21 +78,26 @@ pub struct ExternalInput {
 }
 
 impl ExternalInput {
-    /// The OpenTelemetry Collector's default topics, read when they exist.
-    pub fn collector_defaults() -> Vec<ExternalInput> {
-        [
-            ("otlp_metrics", Signal::Metrics),
-            ("otlp_logs", Signal::Logs),
-        ]
-        .into_iter()
-        .map(|(topic, signal)| ExternalInput {
+    /// What sites already ship, read when it exists: the OpenTelemetry
+    /// Collector's default topics and the topic of unicron's rsyslog
+    /// configuration (`deploy/rsyslog/`).
+    pub fn site_defaults() -> Vec<ExternalInput> {
+        let optional = |topic: &str, format, signal| ExternalInput {
             topic: topic.into(),
-            format: InputFormat::OtlpProto,
-            signal: Some(signal),
+            format,
+            signal,
             labels: LabelMap::default(),
             optional: true,
-        })
-        .collect()
+        };
+        vec![
+            optional(
+                "otlp_metrics",
+                InputFormat::OtlpProto,
+                Some(Signal::Metrics),
+            ),
+            optional("otlp_logs", InputFormat::OtlpProto, Some(Signal::Logs)),
+            optional("rsyslog", InputFormat::RsyslogJson, None),
+        ]
     }
 
     /// The field that makes this input unusable, as `field: reason`.
@@ -143,6 +152,7 @@ pub fn decode(input: &ExternalInput, payload: &[u8]) -> Decoded {
         (InputFormat::PrometheusJson, _) => prometheus::decode(payload, labels),
         (InputFormat::VectorJson, _) => vector::decode(payload, labels),
         (InputFormat::FluentBitJson, _) => fluent_bit::decode(payload, labels),
+        (InputFormat::RsyslogJson, _) => rsyslog::decode(payload, labels),
     }
 }
 
