@@ -159,7 +159,10 @@ mod tests {
                     &[("__name__", "DCGM_FI_DEV_GPU_TEMP"), ("Hostname", "node-a")],
                     &[(40.0, 1000), (stale, 2000)],
                 ),
-                series(&[("__name__", "up"), ("instance", "x:9400")], &[(1.0, 1000)]),
+                series(
+                    &[("__name__", "up"), ("instance", "x:9400")],
+                    &[(1.0, 1000)],
+                ),
                 series(&[("Hostname", "node-a")], &[(1.0, 1000)]),
                 series(
                     &[
@@ -188,7 +191,11 @@ mod tests {
             .collect();
         assert_eq!(
             keys,
-            [("default", "node-b", 3), ("default", "node-a", 1), ("c2", "node-b", 1)]
+            [
+                ("default", "node-b", 3),
+                ("default", "node-a", 1),
+                ("c2", "node-b", 1)
+            ]
         );
         let xid = &out.batches[0].samples[1];
         assert_eq!(xid.name, "DCGM_FI_DEV_XID_ERRORS");

@@ -17,7 +17,7 @@ mod settings;
 pub use convert::{Converted, SOURCE, convert};
 pub use error::RemoteWriteError;
 pub use service::{
-    DLQ_SOURCE, PATH, REQUEST_SECONDS, REQUESTS, Receiver, SAMPLES, SAMPLES_SKIPPED, SERIES_SKIPPED,
-    SERVICE, run,
+    DLQ_SOURCE, PATH, REQUEST_SECONDS, REQUESTS, Receiver, SAMPLES, SAMPLES_SKIPPED,
+    SERIES_SKIPPED, SERVICE, run,
 };
 pub use settings::RemoteWriteSettings;

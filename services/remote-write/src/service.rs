@@ -308,7 +308,8 @@ impl Shared {
         let internal = |e: BusError| Answer::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
         let mut records: Vec<(String, Vec<u8>)> = Vec::with_capacity(batches.len());
         for batch in batches {
-            let mut size = |b: &TelemetryBatch| self.codec.encode(b).map_or(usize::MAX, |v| v.len());
+            let mut size =
+                |b: &TelemetryBatch| self.codec.encode(b).map_or(usize::MAX, |v| v.len());
             for part in split_to_fit(batch, self.max_record_bytes, &mut size) {
                 let payload = self.codec.encode(&part).map_err(internal)?;
                 if payload.len() > self.max_record_bytes {
@@ -373,7 +374,10 @@ fn check_headers(headers: &HeaderMap) -> Option<Answer> {
 }
 
 fn count_skipped(converted: &Converted) {
-    for (reason, n) in [("no_node", converted.no_node), ("no_name", converted.no_name)] {
+    for (reason, n) in [
+        ("no_node", converted.no_node),
+        ("no_name", converted.no_name),
+    ] {
         if n > 0 {
             metrics::counter!(SERIES_SKIPPED, "reason" => reason).increment(n as u64);
         }
