@@ -89,14 +89,6 @@ impl Receiver {
         settings.validate()?;
         describe();
         unicron_bus::metrics::register(SERVICE);
-        let topics = Topics::new(kafka);
-        let producer = Producer::new(kafka, brokers)?;
-        let dlq = DeadLetterSink::new(
-            producer.clone(),
-            topics.name(Topic::Dlq).to_string(),
-            SERVICE,
-            kafka.dlq_payload_bytes,
-        );
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .map_err(|source| RemoteWriteError::Listen {
@@ -109,6 +101,15 @@ impl Receiver {
                 addr: settings.listen,
                 source,
             })?;
+        // After the address: a bad one is reported before Kafka is tried.
+        let topics = Topics::new(kafka);
+        let producer = Producer::new(kafka, brokers)?;
+        let dlq = DeadLetterSink::new(
+            producer.clone(),
+            topics.name(Topic::Dlq).to_string(),
+            SERVICE,
+            kafka.dlq_payload_bytes,
+        );
         let shared = Arc::new(Shared {
             producer,
             telemetry_topic: topics.name(Topic::Telemetry).to_string(),
