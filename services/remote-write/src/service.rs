@@ -64,10 +64,11 @@ struct Answer {
 }
 
 impl Answer {
+    /// The text is kept to one line: senders log it as it comes.
     fn new(status: StatusCode, text: impl Into<String>) -> Answer {
         Answer {
             status,
-            text: text.into(),
+            text: text.into().replace(['\r', '\n'], " "),
         }
     }
 }

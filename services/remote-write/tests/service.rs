@@ -44,17 +44,24 @@ fn body(series: Vec<TimeSeries>) -> Vec<u8> {
 
 /// POSTs `body` as Prometheus does; the status and the reply's body.
 async fn post(addr: SocketAddr, body: Vec<u8>) -> (u16, String) {
+    let headers = "Content-Encoding: snappy\r\nContent-Type: application/x-protobuf\r\n\
+                   X-Prometheus-Remote-Write-Version: 0.1.0\r\n";
+    post_with(addr, headers, body).await
+}
+
+/// POSTs `body` with `headers` (each ending in CRLF).
+async fn post_with(addr: SocketAddr, headers: &'static str, body: Vec<u8>) -> (u16, String) {
     tokio::task::spawn_blocking(move || {
         let mut stream = std::net::TcpStream::connect(addr).unwrap();
         write!(
             stream,
-            "POST /api/v1/write HTTP/1.1\r\nHost: {addr}\r\nContent-Encoding: snappy\r\n\
-             Content-Type: application/x-protobuf\r\nX-Prometheus-Remote-Write-Version: 0.1.0\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            "POST /api/v1/write HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\n\
+             Connection: close\r\n\r\n",
             body.len()
         )
         .unwrap();
-        stream.write_all(&body).unwrap();
+        // The server may answer (413) before reading the body.
+        let _ = stream.write_all(&body);
         let mut reply = String::new();
         stream.read_to_string(&mut reply).unwrap();
         let status = reply[9..12].parse().unwrap();
@@ -245,6 +252,31 @@ async fn an_unacknowledged_write_is_a_503_that_prometheus_retries() {
     let (status, text) = post(running.addr, request).await;
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("no acknowledgement within"), "{text}");
+    let _ = running.stop.send(());
+    running.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_over_the_limit_are_413_and_other_encodings_415() {
+    let settings = RemoteWriteSettings {
+        max_body_bytes: 64,
+        ..RemoteWriteSettings::default()
+    };
+    let running = start(&KafkaConfig::default(), "127.0.0.1:9", settings).await;
+    let (status, text) = post(running.addr, vec![0; 65]).await;
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("max_body_bytes (64 bytes)"), "{text}");
+    let (status, text) = post_with(running.addr, "Content-Encoding: gzip\r\n", vec![0; 8]).await;
+    assert_eq!(status, 415, "{text}");
+    assert!(text.contains("only snappy"), "{text}");
+    let (status, text) = post_with(
+        running.addr,
+        "Content-Encoding: snappy\r\nX-Prometheus-Remote-Write-Version: 2.0.0\r\n",
+        vec![0; 8],
+    )
+    .await;
+    assert_eq!(status, 415, "{text}");
+    assert!(text.contains("remote write 2.0"), "{text}");
     let _ = running.stop.send(());
     running.task.abort();
 }

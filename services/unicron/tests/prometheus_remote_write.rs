@@ -146,7 +146,8 @@ fn prometheus_config(targets: &[SocketAddr], receiver: SocketAddr) -> String {
 }
 
 fn read_all(brokers: &str, topic: &str) -> Vec<InboundRecord> {
-    unicron_bus::history::read_topic(&KafkaConfig::default(), brokers, topic).unwrap_or_default()
+    unicron_bus::history::read_topic(&KafkaConfig::default(), brokers, topic)
+        .unwrap_or_else(|e| panic!("reading {topic}: {e}"))
 }
 
 fn decode<T: unicron_bus::schemas::AvroRecord>(records: &[InboundRecord]) -> Vec<T> {
