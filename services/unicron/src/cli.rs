@@ -48,6 +48,9 @@ pub enum Command {
     SlurmWatch(crate::slurm::SlurmWatchArgs),
     /// Run the archiver against `kafka.brokers`: every topic to Avro files in `archiver.dir`.
     Archiver,
+    /// Receive Prometheus remote write (dcgm-exporter's series) on POST /api/v1/write and
+    /// publish it to the telemetry topic of `kafka.brokers` (docs/remote-write.md).
+    RemoteWrite(RemoteWriteArgs),
     #[cfg(feature = "simulator")]
     /// Run the simulated cluster against `kafka.brokers` until Ctrl-C or --duration.
     Sim {
@@ -113,6 +116,15 @@ pub enum KeysCommand {
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
     },
+}
+
+/// `unicron remote-write`'s flags, over `[remote_write]`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RemoteWriteArgs {
+    /// Listen on this address (default `remote_write.listen`, 127.0.0.1:9201).
+    // A string, parsed by the command: a bad one is then one line, exit 2.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
 }
 
 /// Where the status page listens, overriding `[status]`.
@@ -227,6 +239,7 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
         Command::Detector => crate::services::detector(&config).await,
         Command::Executor => crate::services::executor(&config).await,
         Command::Archiver => crate::services::archiver(&config).await,
+        Command::RemoteWrite(args) => crate::services::remote_write(&config, &args).await,
         Command::Agent(args) => crate::agent::run(&config, &args).await,
         Command::SlurmWatch(args) => crate::slurm::run(&config, &args).await,
         #[cfg(feature = "simulator")]

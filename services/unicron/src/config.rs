@@ -16,6 +16,7 @@ use unicron_bus::KafkaConfig;
 use unicron_detector::DetectorSettings;
 use unicron_executor::ExecutorSettings;
 use unicron_planner::PlannerSettings;
+use unicron_remote_write::RemoteWriteSettings;
 #[cfg(feature = "simulator")]
 use unicron_simulator::SimConfig;
 
@@ -34,6 +35,7 @@ const ENV_SECTIONS: &[&str] = &[
     "sim__",
     "status__",
     "slurm__",
+    "remote_write__",
 ];
 
 /// The whole configuration of the `unicron` binary.
@@ -54,6 +56,8 @@ pub struct Config {
     pub sim: SimConfig,
     pub archiver: ArchiverSettings,
     pub status: StatusConfig,
+    /// `unicron remote-write`: a Prometheus remote-write receiver.
+    pub remote_write: RemoteWriteSettings,
 }
 
 /// `[metrics]`: where the Prometheus endpoint listens.
@@ -161,6 +165,9 @@ impl Config {
         #[cfg(feature = "simulator")]
         self.sim.validate().map_err(ConfigError)?;
         self.archiver
+            .validate()
+            .map_err(|e| ConfigError(e.to_string()))?;
+        self.remote_write
             .validate()
             .map_err(|e| ConfigError(e.to_string()))?;
         Ok(())
@@ -399,6 +406,7 @@ mod fuzz_tests {
         "sim",
         "archiver",
         "status",
+        "remote_write",
     ];
 
     #[derive(Debug, Clone)]

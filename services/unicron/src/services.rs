@@ -288,3 +288,60 @@ pub async fn archiver(config: &Config) -> anyhow::Result<()> {
     .await
     .context("archiver")
 }
+
+/// `unicron remote-write`: Prometheus remote write into the telemetry
+/// topic, until Ctrl-C.
+pub async fn remote_write(
+    config: &Config,
+    args: &crate::cli::RemoteWriteArgs,
+) -> anyhow::Result<()> {
+    let mut stop = Stop::listen()?;
+    let Some(brokers) = config.kafka.brokers.clone() else {
+        bail!("kafka.brokers: required for `unicron remote-write`");
+    };
+    let mut settings = config.remote_write.clone();
+    let what = match &args.listen {
+        Some(text) => {
+            settings.listen = parse_listen(text)?;
+            "--listen"
+        }
+        None => "remote_write.listen",
+    };
+    let receiver = unicron_remote_write::Receiver::bind(&config.kafka, &brokers, &settings)
+        .await
+        .map_err(|e| match e {
+            // A taken or unusable address is the operator's to fix: exit 2.
+            unicron_remote_write::RemoteWriteError::Listen { .. } => {
+                anyhow::Error::new(crate::cli::UsageError(format!("{what}: {e}")))
+            }
+            other => anyhow::Error::new(other).context("remote-write"),
+        })?;
+    println!(
+        "remote-write: http://{}{} into {} on {brokers}",
+        receiver.local_addr(),
+        unicron_remote_write::PATH,
+        receiver.telemetry_topic()
+    );
+    let _metrics = serve_metrics(config, false).await?;
+    receiver
+        .serve(async move {
+            stop.wait().await;
+        })
+        .await
+        .context("remote-write")
+}
+
+/// `HOST:PORT` of `--listen`, a name resolved to its first address.
+fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let usage = |why: String| crate::cli::UsageError(format!("--listen `{text}`: {why}"));
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let mut found = text
+        .to_socket_addrs()
+        .map_err(|e| usage(format!("not an address HOST:PORT ({e})")))?;
+    Ok(found
+        .next()
+        .ok_or_else(|| usage("resolves to no address".into()))?)
+}

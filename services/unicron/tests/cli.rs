@@ -831,3 +831,29 @@ fn replay_re_derives_failures_from_an_otlp_only_input() {
     assert_eq!(last["failures"]["identical"], 1, "{last:#}");
     assert_eq!(last["diverged"], 0, "{last:#}");
 }
+
+/// `unicron remote-write`: a bad or taken `--listen` is one line naming
+/// the flag, exit 2, before anything is served.
+#[test]
+fn remote_write_rejects_a_bad_listen_address_in_one_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    for (listen, says) in [
+        (
+            "nonsense",
+            "error: --listen `nonsense`: not an address HOST:PORT",
+        ),
+        ("127.0.0.1:99999", "error: --listen `127.0.0.1:99999`: "),
+        (taken.as_str(), "error: --listen: cannot listen on "),
+    ] {
+        let out = unicron()
+            .env("UNICRON_KAFKA__BROKERS", "127.0.0.1:9")
+            .args(["remote-write", "--listen", listen])
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{listen}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with(says), "{stderr}");
+    }
+}

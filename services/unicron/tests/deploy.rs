@@ -586,6 +586,58 @@ fn alert_rules_are_well_formed_and_cover_the_failure_modes() {
     }
 }
 
+/// The site's `remote_write` block keeps exactly the series the detector's
+/// default metric rules read, the labels its default label map looks for
+/// first, and posts to the receiver's path and default port.
+#[test]
+fn remote_write_block_keeps_what_the_detector_reads() {
+    let config = &yaml_docs("deploy/prometheus/remote-write.yml")[0];
+    let writer = &seq(&config["remote_write"])[0];
+    let url = text(&writer["url"]).unwrap();
+    let defaults = unicron_remote_write::RemoteWriteSettings::default();
+    assert!(
+        url.ends_with(&format!(
+            ":{}{}",
+            defaults.listen.port(),
+            unicron_remote_write::PATH
+        )),
+        "{url}"
+    );
+    let rules = seq(&writer["write_relabel_configs"]);
+    let regex_of = |action: &str| {
+        let rule = rules
+            .iter()
+            .find(|r| text(&r["action"]).as_deref() == Some(action))
+            .unwrap_or_else(|| panic!("no `{action}` rule"));
+        let regex = text(&rule["regex"]).unwrap();
+        regex
+            .split('|')
+            .map(str::to_string)
+            .collect::<BTreeSet<_>>()
+    };
+    let tuning = unicron_core::detector::DetectorConfig::default();
+    let mut read: BTreeSet<String> = tuning
+        .counter_rules
+        .iter()
+        .map(|r| r.metric.clone())
+        .chain(tuning.gauge_rules.iter().map(|r| r.metric.clone()))
+        .collect();
+    read.insert(unicron_core::detector::metric_rules::XID_LAST.to_string());
+    read.insert(unicron_core::detector::metric_rules::XID_COUNT.to_string());
+    assert_eq!(regex_of("keep"), read, "the kept series");
+    let labels = regex_of("labelkeep");
+    let map = unicron_bus::formats::LabelMap::default();
+    for needed in [
+        "__name__",
+        "xid",
+        &map.node[0],
+        &map.gpu[0],
+        &map.cluster[0],
+    ] {
+        assert!(labels.contains(needed), "labelkeep drops `{needed}`");
+    }
+}
+
 #[test]
 fn prometheus_scrapes_the_compose_services_and_loads_the_rules() {
     let config = &yaml_docs("deploy/prometheus/prometheus.yml")[0];
