@@ -64,6 +64,9 @@ try {
   const chain = recovered.locator("tr.chain");
   await chain.waitFor({ state: "visible", timeout: LONG });
   check(await chain.locator("li.ev-failure").count() === 1, "the chain does not start from its failure");
+  // The failure says what found it: the rule and the line it read, or how.
+  const why = await chain.locator("li.ev-failure .why").innerText();
+  check(/^(rule \S+|heartbeat|process supervision|statistical|metric rule|log rule)/.test(why), `the failure does not say what found it: ${why}`);
   check(await chain.locator("li.ev-result").count() > 0, "the chain shows no result");
   // The decision on the last result follows the result onto the page.
   await chain.locator("li.ev-decision.noop").first().waitFor({ timeout: LONG });

@@ -813,6 +813,13 @@ pub struct Incident {
     pub job: Option<String>,
     pub first_evidence_ms: i64,
     pub detected_ms: i64,
+    /// How it was found (`log_rule`, `metric_rule`, `heartbeat`, ...) and
+    /// the rule that found it, when one did.
+    pub method: String,
+    pub rule: Option<String>,
+    /// What the rule read: the first evidence's excerpt and its topic.
+    pub evidence: Option<String>,
+    pub evidence_topic: Option<String>,
     pub state: IncidentState,
     /// Distinct actions commanded, in order ("isolate_node, reconfigure");
     /// "no command" once decided without one; empty before any decision.
@@ -840,6 +847,10 @@ impl Incident {
             job: f.job.clone(),
             first_evidence_ms: f.first_evidence_ms,
             detected_ms: f.detected_ms,
+            method: f.method.symbol().to_string(),
+            rule: f.rule.clone(),
+            evidence: f.evidence.first().map(|e| e.excerpt.clone()),
+            evidence_topic: f.evidence.first().map(|e| e.topic.clone()),
             state: IncidentState::Open,
             decided: String::new(),
             decisions: Vec::new(),

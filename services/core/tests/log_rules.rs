@@ -368,3 +368,50 @@ fn megabyte_lines_are_classified_by_their_prefix() {
     let benign = "x".repeat(2_000_000);
     assert_eq!(kind_of(&rules, &benign), None);
 }
+
+/// An explanation names the rule, the keyword that let it be tried, the
+/// text it matched and the rules tried before it; a benign line has none.
+#[test]
+fn explain_names_the_rule_its_keyword_and_match_and_nothing_for_a_benign_line() {
+    let rules = LogRules::builtin();
+    let xid = rules
+        .explain("[  312.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.")
+        .unwrap();
+    assert_eq!(xid.classified.rule, "nvrm.xid");
+    assert_eq!(xid.classified.kind, FailureKind::GpuDriverError);
+    assert_eq!(xid.xid, Some(79));
+    assert_eq!(xid.keyword, "xid");
+    assert_eq!(xid.matched, "NVRM: Xid (PCI:0000:3b:00): 79");
+
+    // `gpu.driver_error` would take "fallen off the bus" too, but the Xid
+    // rule comes first; an NCCL timeout line passes over rules whose
+    // keywords it contains.
+    let timeout = rules
+        .explain("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600013 milliseconds before timing out.")
+        .unwrap();
+    assert_eq!(timeout.classified.rule, "nccl.watchdog_timeout");
+    assert_eq!(timeout.keyword, "collective operation timeout");
+    assert!(
+        timeout
+            .matched
+            .starts_with("Watchdog caught collective operation timeout")
+    );
+    assert!(
+        timeout
+            .passed_over
+            .iter()
+            .all(|(_, why)| *why == "pattern did not match"),
+        "{:?}",
+        timeout.passed_over
+    );
+
+    assert_eq!(
+        rules.explain("iter 83592: loss 1.5455, time: 4401.19ms"),
+        None
+    );
+    // A keyword alone explains nothing: the line is benign.
+    assert_eq!(
+        rules.explain("NCCL INFO NET/OFI Selected Provider is efa"),
+        None
+    );
+}

@@ -66,6 +66,10 @@ pub enum Command {
         /// Rules layered over the built-ins; defaults to `detector.rules_file`.
         #[arg(long, value_name = "FILE")]
         rules: Option<PathBuf>,
+        /// Say why: the keyword that let the rule be tried, the text it matched,
+        /// the Xid code, and the rules tried before it (nothing for a benign line).
+        #[arg(long)]
+        explain: bool,
     },
     /// Re-derive every failure, decision and command from the recorded inputs and compare
     /// (exit 0 only when nothing diverged); with --policy or --what-if-config, show what
@@ -247,7 +251,7 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
             duration,
             summary_json,
         } => crate::services::sim(&config, duration, summary_json).await,
-        Command::Classify { rules } => crate::classify::run(&config, rules),
+        Command::Classify { rules, explain } => crate::classify::run(&config, rules, explain),
         Command::Replay(args) => crate::replay::run(&config, config_given, args),
         #[cfg(feature = "simulator")]
         Command::Evaluate(args) => crate::evaluate::run(args),

@@ -38,7 +38,7 @@ use correlate::{Candidate, Correlator, Group, Offer};
 use metric_rules::MetricState;
 use progress::JobProgress;
 pub use round::{IDLE_TICK_NODE, RoundOutput};
-pub use rules::{Classified, LogRules, RulesError};
+pub use rules::{Classified, Explanation, LogRules, RulesError};
 use timers::HeartbeatDeadlines;
 
 /// Where an observation came from; `index` numbers the observations one
