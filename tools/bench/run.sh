@@ -27,6 +27,16 @@ bench() { # name, cargo bench arguments...
 bench transport -p unicron-tests --bench transport
 bench detector -p unicron-tests --bench detector_pipeline
 bench classify -p unicron-tests --bench classify_lines
+bench new_topic -p unicron-tests --bench new_topic
+echo "bench: rsyslog and Prometheus in front of the detector" >&2
+{
+  echo "| path | measured |"
+  echo "|---|---|"
+  cargo test -q --release -p unicron-detector --test rsyslog -- --nocapture --test-threads 1 2>&1 \
+    | sed -n 's/^rsyslog: \(.*\)/| rsyslog line → failure | \1 |/p'
+  cargo test -q --release -p unicron --test prometheus_remote_write -- --nocapture 2>&1 \
+    | sed -n 's/^page change -> \(.*\)/| Prometheus scrape → failure | \1 |/p'
+} >"$work/pipelines.out"
 bench plan -p unicron-tests --bench plan_time
 bench failure_to_command -p unicron-planner --bench failure_to_command
 bench offline -p unicron-tests --bench offline_loop

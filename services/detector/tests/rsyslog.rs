@@ -54,7 +54,7 @@ async fn rsyslog_ships_appended_training_lines_as_failures_on_the_embedded_broke
         .ensure_topics(&Topology::builtin(), &kafka.topic_prefix)
         .unwrap();
     broker.create_topic(TOPIC, 3).unwrap();
-    through_rsyslog(&kafka, broker.bootstrap_servers()).await;
+    through_rsyslog("embedded broker", &kafka, broker.bootstrap_servers()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +79,7 @@ async fn rsyslog_ships_appended_training_lines_as_failures_on_apache_kafka() {
         .await
         .unwrap();
     create_topic(&brokers, TOPIC).await;
-    through_rsyslog(&kafka, &brokers).await;
+    through_rsyslog("Apache Kafka", &kafka, &brokers).await;
 }
 
 async fn create_topic(brokers: &str, name: &str) {
@@ -101,7 +101,7 @@ async fn create_topic(brokers: &str, name: &str) {
 /// Starts the detector reading `rsyslog` and rsyslogd with the deploy
 /// configuration, appends each line to a watched file, and checks the
 /// failure it becomes.
-async fn through_rsyslog(kafka: &KafkaConfig, brokers: &str) {
+async fn through_rsyslog(broker: &str, kafka: &KafkaConfig, brokers: &str) {
     let dir = tempfile::tempdir().unwrap();
     let settings = DetectorSettings {
         inputs: vec![ExternalInput {
@@ -171,7 +171,7 @@ async fn through_rsyslog(kafka: &KafkaConfig, brokers: &str) {
         let got: Vec<FailureEvent> =
             unicron_bus::testing::read_records(&failures, 1, Duration::from_secs(60)).await;
         eprintln!(
-            "rsyslog: {kind:?} read {:.3} s after the line was appended",
+            "rsyslog: {broker}: {kind:?} read {:.3} s after the line was appended",
             appended.elapsed().as_secs_f64()
         );
         assert_eq!(
