@@ -54,6 +54,23 @@ pub fn not_ready() -> Vec<&'static str> {
     waiting
 }
 
+/// Services of this process whose consumer group gave them partitions.
+/// Readiness says the loop runs; this says it reads. `unicron up` holds the
+/// simulated clock until the detector reads, because a simulated cluster
+/// runs in real time and a detector that joined late would see its first
+/// failures late and decide differently from one that did not.
+static JOINED: LazyLock<DashMap<&'static str, bool>> = LazyLock::new(DashMap::new);
+
+/// Records whether `service` holds partitions now.
+pub fn set_joined(service: &'static str, joined: bool) {
+    JOINED.insert(service, joined);
+}
+
+/// Whether `service` holds partitions now (false when unknown).
+pub fn joined(service: &str) -> bool {
+    JOINED.get(service).is_some_and(|entry| *entry.value())
+}
+
 /// Marks a service ready for as long as the guard lives.
 pub struct ReadyGuard(&'static str);
 

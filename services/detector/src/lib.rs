@@ -13,5 +13,5 @@ mod service;
 mod settings;
 
 pub use error::DetectorError;
-pub use service::{IDLE_TICK_NODE, run};
+pub use service::{IDLE_TICK_NODE, SERVICE, run};
 pub use settings::DetectorSettings;

@@ -29,7 +29,8 @@ use unicron_runtime::{
 use crate::error::DetectorError;
 use crate::settings::DetectorSettings;
 
-const SERVICE: &str = "detector";
+/// The detector's name in readiness, logs and `unicron_bus::metrics::joined`.
+pub const SERVICE: &str = "detector";
 
 /// How each subscribed topic is decoded.
 enum Decoder {

@@ -30,6 +30,8 @@ pub struct Membership {
 
 #[derive(Default)]
 struct Shared {
+    /// The service whose membership this is, for [`unicron_bus::metrics::joined`].
+    service: &'static str,
     /// `Some`: assigned partitions start at the stored offset.
     stored: Option<StoredOffset>,
     generation: AtomicU64,
@@ -39,15 +41,21 @@ struct Shared {
 
 impl Membership {
     /// Assigned partitions start at the group's committed offsets.
-    pub fn from_group_offsets() -> Membership {
-        Membership::default()
+    pub fn from_group_offsets(service: &'static str) -> Membership {
+        Membership {
+            shared: Arc::new(Shared {
+                service,
+                ..Shared::default()
+            }),
+        }
     }
 
     /// Assigned partitions start where `stored` says (the beginning when
     /// it has nothing).
-    pub fn from_stored_offsets(stored: StoredOffset) -> Membership {
+    pub fn from_stored_offsets(service: &'static str, stored: StoredOffset) -> Membership {
         Membership {
             shared: Arc::new(Shared {
+                service,
                 stored: Some(stored),
                 ..Shared::default()
             }),
@@ -86,6 +94,9 @@ impl Membership {
     }
 
     fn set_assigned(&self, partitions: BTreeSet<(String, i32)>) {
+        if !self.shared.service.is_empty() {
+            unicron_bus::metrics::set_joined(self.shared.service, !partitions.is_empty());
+        }
         *self
             .shared
             .assigned

@@ -95,11 +95,12 @@ pub async fn run<P: Processor>(
             Some(store),
         ) => {
             let lookup = store.clone();
-            Membership::from_stored_offsets(Box::new(move |topic, partition| {
-                lookup.offset(topic, partition).ok().flatten()
-            }))
+            Membership::from_stored_offsets(
+                options.service,
+                Box::new(move |topic, partition| lookup.offset(topic, partition).ok().flatten()),
+            )
         }
-        _ => Membership::from_group_offsets(),
+        _ => Membership::from_group_offsets(options.service),
     };
     let consumer = Consumer::with_context(kafka, brokers, &options.group_id, membership.clone())
         .map_err(RuntimeError::from)?;

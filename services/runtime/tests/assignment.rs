@@ -15,7 +15,7 @@ async fn each_member_holds_the_same_partitions_of_every_planner_input() {
     let inputs = PlannerInputs::TOPICS.map(|t| names.name(t).to_string());
     let members: Vec<(Consumer<Membership>, Membership)> = (0..4)
         .map(|_| {
-            let membership = Membership::from_group_offsets();
+            let membership = Membership::from_group_offsets("test");
             let consumer = Consumer::with_context(
                 &kafka,
                 broker.bootstrap_servers(),

@@ -243,9 +243,15 @@ pub async fn sim(
     let _metrics = serve_metrics(config, false).await?;
     let sim_config = config.sim.clone();
     let end_s = duration.map(|d| d.as_secs_f64() * sim_config.speed);
-    let running = unicron_simulator::start(&config.kafka, &brokers, sim_config.clone(), end_s)
-        .await
-        .context("simulator")?;
+    let running = unicron_simulator::start(
+        &config.kafka,
+        &brokers,
+        sim_config.clone(),
+        end_s,
+        Vec::new(),
+    )
+    .await
+    .context("simulator")?;
     println!(
         "sim: cluster {}, {} nodes, {} jobs, seed {}, speed {}x, actions at http://{}/actions, on {brokers}",
         sim_config.cluster,

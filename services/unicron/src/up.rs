@@ -186,10 +186,15 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     let sim = match &sim_config {
         Some(sim_config) => {
             let end_s = args.duration.map(|d| d.as_secs_f64() * sim_config.speed);
-            let sim =
-                unicron_simulator::start(&config.kafka, &bootstrap, sim_config.clone(), end_s)
-                    .await
-                    .context("simulator")?;
+            let sim = unicron_simulator::start(
+                &config.kafka,
+                &bootstrap,
+                sim_config.clone(),
+                end_s,
+                vec![unicron_detector::SERVICE],
+            )
+            .await
+            .context("simulator")?;
             Some(sim)
         }
         None => None,

@@ -80,11 +80,15 @@ pub struct Running {
 
 /// Starts the simulator: binds the action endpoint, then runs the clock
 /// until `end_s` simulated seconds (or forever) and reads failures.
+/// `wait_for`: services of this process (by runtime service name) the
+/// clock waits for until they hold partitions, beside the jobs being
+/// placed; `unicron up` names the detector.
 pub async fn start(
     kafka: &KafkaConfig,
     brokers: &str,
     config: SimConfig,
     end_s: Option<f64>,
+    wait_for: Vec<&'static str>,
 ) -> Result<Running, SimError> {
     config.validate().map_err(SimError::Config)?;
     let trace = match &config.trace {
@@ -138,6 +142,7 @@ pub async fn start(
         topics,
         speed,
         end_ms,
+        wait_for,
         stopped.clone(),
     ));
     let reader = tokio::spawn(read_failures(shared.clone(), failures, stopped));
@@ -262,17 +267,25 @@ async fn run_clock(
     topics: Topics,
     speed: f64,
     end_ms: Option<i64>,
+    wait_for: Vec<&'static str>,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), SimError> {
     let codecs = Codecs::default();
     let start_ms = shared.sim().now_ms();
-    // Announce the cluster, then hold the clock until its jobs are placed.
+    // Announce the cluster, then hold the clock until its jobs are placed
+    // and the services named read: simulated time runs in real time, so
+    // what joins late would see the cluster late.
     let announced = shared.sim().advance_to(start_ms);
     publish(&producer, &codecs, &topics, &announced).await?;
     let holding = Instant::now();
-    while !shared.sim().jobs_placed() {
+    let waiting =
+        || !shared.sim().jobs_placed() || !wait_for.iter().all(|s| unicron_bus::metrics::joined(s));
+    while waiting() {
         if holding.elapsed() > PLACEMENT_WAIT {
-            tracing::warn!("jobs not placed after {PLACEMENT_WAIT:?}; starting the clock anyway");
+            tracing::warn!(
+                ?wait_for,
+                "jobs not placed or services not reading after {PLACEMENT_WAIT:?}; starting the clock anyway"
+            );
             break;
         }
         tokio::select! {
