@@ -73,7 +73,7 @@ SECTIONS = [
      "The built-in rules over a million generated lines: one Aho-Corasick pass per line, the regex set only on a keyword hit.",
      "cargo bench -p unicron-tests --bench classify_lines"),
     ("new_topic", "Pipelines: a topic created after the detector started",
-     "Three topics created one after another while the detector runs, each with one log record carrying a failure: time from that record to the failure on `unicron.failures`. The embedded broker (librdkafka's mock cluster) holds every consumer-group rebalance for the session timeout less a second, which is why `unicron up` creates the detector's input topics on it before the detector starts; on Kafka a rebalance ends as soon as every member rejoined.",
+     "With `[detector] new_topic_check_s = 1` (not the default, see docs/detector.md): three topics created one after another while the detector runs, each with one log record carrying a failure: time from that record to the failure on `unicron.failures`. The embedded broker (librdkafka's mock cluster) holds every consumer-group rebalance for the session timeout less a second, which is why `unicron up` creates the detector's input topics on it before the detector starts; on Kafka a rebalance ends as soon as every member rejoined.",
      "cargo bench -p unicron-tests --bench new_topic"),
     ("pipelines", "Pipelines: rsyslog and Prometheus in front of the detector",
      "Debian's rsyslogd on `deploy/rsyslog/60-unicron.conf` (omkafka on Debian's librdkafka 2.0.2): a line appended to a watched training log → its failure, on the embedded broker and on Apache Kafka 4.1.1. Debian's Prometheus scraping a dcgm-exporter page every second and remote-writing to `unicron remote-write`: the page changed → each failure.",

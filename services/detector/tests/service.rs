@@ -632,7 +632,10 @@ async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
 async fn a_collector_topic_created_later_is_read_in_seconds_and_a_quiet_input_is_not_left_holding()
 {
     let h = Harness::new();
-    let detector = h.start(DetectorSettings::default());
+    let detector = h.start(DetectorSettings {
+        new_topic_check_s: 1.0,
+        ..DetectorSettings::default()
+    });
     let failures = h.reader("failures", "t-failures");
     let rounds = h.reader("detector-rounds", "t-rounds");
     tokio::time::sleep(Duration::from_secs(3)).await; // subscribed, otlp_logs absent
