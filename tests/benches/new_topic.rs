@@ -1,5 +1,5 @@
-//! A pipeline's topic created after the detector started, with
-//! `new_topic_check_s = 1`: time from the
+//! A pipeline's topic created after the detector started, at the default
+//! `new_topic_check_s` (1 s): time from the
 //! first record on it to the failure it carries being read from
 //! `unicron.failures`. On the embedded broker (librdkafka's mock cluster)
 //! and, when its jars are there, a three-broker Apache Kafka cluster.
@@ -105,8 +105,6 @@ async fn measure(name: &str, broker: &Broker<'_>) {
                 optional: true,
             })
             .collect(),
-        // Opt-in (docs/detector.md says why it is not the default).
-        new_topic_check_s: 1.0,
         ..DetectorSettings::default()
     };
     let (stop, stopped) = oneshot::channel::<()>();

