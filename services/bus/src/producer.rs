@@ -33,6 +33,11 @@ pub struct Outbound<'a> {
     pub payload: &'a [u8],
 }
 
+/// How long a produce request may wait for its answer before the
+/// connection is given up and made again (a site's `[kafka]` setting of
+/// `socket.timeout.ms` wins).
+pub const PRODUCE_TIMEOUT_MS: &str = "10000";
+
 /// An idempotent producer (`enable.idempotence`, `acks=all`): retries never
 /// duplicate or reorder records within a partition. Each send awaits the
 /// broker's delivery report.
@@ -49,6 +54,13 @@ impl Producer {
                 ("enable.idempotence", "true".into()),
                 ("acks", "all".into()),
                 ("linger.ms", "2".into()),
+                // A produce request over a connection that died silently
+                // (a cut link) is abandoned and the connection remade after
+                // this, instead of librdkafka's 60 s during which it waits
+                // on TCP's own retransmission backoff: agents cut off
+                // together then came back up to 15 s apart after the link
+                // returned.
+                ("socket.timeout.ms", PRODUCE_TIMEOUT_MS.into()),
                 (
                     "message.max.bytes",
                     (config.max_record_bytes + 4096).to_string(),

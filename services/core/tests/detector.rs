@@ -1065,3 +1065,38 @@ fn after_every_node_was_silent_the_others_get_time_to_flush_their_backlog() {
     let lost: Vec<_> = h.failures.iter().filter_map(|f| f.node.clone()).collect();
     assert_eq!(lost, ["n3"], "{:#?}", h.failures);
 }
+
+/// After a silence of every node, one node comes back and the two others
+/// never do: the two are lost once `resume_grace_s` has passed, and the
+/// one that is heard is not. (The cluster's clock trails the survivor by
+/// `max_clock_skew_s` while the silent two hold it back, and jumps forward
+/// when they are found lost; the survivor's deadline must not have been
+/// set against the trailing clock.)
+#[test]
+fn the_nodes_that_never_come_back_are_lost_and_the_one_that_did_is_not() {
+    let config = DetectorConfig {
+        all_silent_grace_s: 60.0,
+        resume_grace_s: 15.0,
+        max_clock_skew_s: 30.0,
+        ..DetectorConfig::default()
+    };
+    let mut h = Harness::with(config);
+    for s in 0..=10 {
+        for n in ["n1", "n2", "n3"] {
+            h.heartbeat(n, None, T0 + s * 1000);
+        }
+    }
+    for s in (12..=40).step_by(2) {
+        h.feed(
+            "unicron.agent",
+            Observation::Agent(AgentEvent::idle("c1", "unicron-detector", T0 + s * 1000)),
+        );
+    }
+    // n1 logs between its heartbeats: timers fire between two of them.
+    for s in 11..=90 {
+        h.heartbeat("n1", None, T0 + s * 1000);
+        h.log("n1", None, None, T0 + s * 1000 + 500, "step 1200 loss 2.31");
+    }
+    let lost: Vec<_> = h.failures.iter().filter_map(|f| f.node.clone()).collect();
+    assert_eq!(lost, ["n2", "n3"], "{:#?}", h.failures);
+}

@@ -80,7 +80,38 @@ impl ClusterView {
                 .0
                 .remove(&(heard + ms(config.heartbeat_deadline_s), node.to_string()));
         }
+        self.forget(node, config);
+    }
+
+    /// Stops counting `node` for the clock. The clock may jump forward:
+    /// while `node` was silent it held the clock back (`ClusterClock`), and
+    /// the deadlines of nodes heard meanwhile were set against that
+    /// trailing clock; each moves to where it would be had the clock not
+    /// trailed (the node's own heartbeat time, at most the new clock), or a
+    /// node heard a moment ago would be found lost at the jump.
+    fn forget(&mut self, node: &str, config: &DetectorConfig) {
+        let before = self.clock.now();
         self.clock.forget(node, config);
+        let (Some(before), Some(after)) = (before, self.clock.now()) else {
+            return;
+        };
+        if after <= before {
+            return;
+        }
+        let deadline = ms(config.heartbeat_deadline_s);
+        for (name, view) in &mut self.nodes {
+            let (Some(heard), Some(last), None) =
+                (view.heard_ms, view.last_heartbeat_ms, view.lost_at_ms)
+            else {
+                continue;
+            };
+            let rebased = last.min(after);
+            if rebased > heard {
+                self.deadlines.0.remove(&(heard + deadline, name.clone()));
+                self.deadlines.0.insert((rebased + deadline, name.clone()));
+                view.heard_ms = Some(rebased);
+            }
+        }
     }
 
     /// Marks `node` reported lost at `at`: its heartbeat timer stops.
@@ -96,7 +127,7 @@ impl ClusterView {
         // A lost node's last time no longer counts as a clock that runs
         // behind: with it, two silent nodes of three would hold the clock
         // back by max_clock_skew_s and hide the second loss that long.
-        self.clock.forget(node, config);
+        self.forget(node, config);
     }
 }
 
