@@ -40,6 +40,7 @@ echo "bench: rsyslog and Prometheus in front of the detector" >&2
 bench plan -p unicron-tests --bench plan_time
 bench failure_to_command -p unicron-planner --bench failure_to_command
 bench offline -p unicron-tests --bench offline_loop
+bench evaluation -p unicron-tests --bench evaluation
 bench replay -p unicron-tests --bench replay_archive
 
 echo "bench: end to end (unicron up, 60 s)" >&2

@@ -10,7 +10,9 @@ use crate::cli::UsageError;
 
 #[derive(Debug, clap::Args)]
 pub struct EvaluateArgs {
-    /// Scenario: paper, gpus-1024, gpus-10240, rate-0.25x, rate-0.5x, rate-2x, rate-4x, smoke, heterogeneous.
+    /// Scenario: paper, timeout-30m, gpus-1024, gpus-10240, rate-0.25x, rate-0.5x, rate-2x,
+    /// rate-4x, repair-30m, repair-8h, costs-0.5x, costs-2x, smoke, heterogeneous; or `rates`
+    /// (the paper setting at every failure rate, with a plot of the ratios against the rate).
     #[arg(long, default_value = "paper", value_name = "NAME")]
     pub scenario: String,
     /// Seeds per policy (1..=N); the table reports their mean and spread.
@@ -19,90 +21,186 @@ pub struct EvaluateArgs {
     /// Write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write the table into DIR/EVALUATION.md (the scenario's section) and the plot to
+    /// Write the tables into DIR/EVALUATION.md (the scenario's section) and the plots to
     /// DIR/evaluation/<scenario>.svg; `--out docs` updates the repository's. Without it,
     /// print only.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
+/// The rate sweep `--scenario rates` runs, in order.
+const RATES: [&str; 5] = ["rate-0.25x", "rate-0.5x", "paper", "rate-2x", "rate-4x"];
+
 pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     let scenarios = evaluate::scenarios();
-    let Some(scenario) = scenarios.iter().find(|s| s.name == args.scenario) else {
-        let names: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
-        return Err(UsageError(format!(
-            "--scenario: `{}` is none of {}",
-            args.scenario,
-            names.join(", ")
-        ))
-        .into());
+    let names: Vec<&str> = if args.scenario == "rates" {
+        RATES.to_vec()
+    } else {
+        vec![args.scenario.as_str()]
     };
+    let mut chosen = Vec::new();
+    for name in names {
+        let Some(scenario) = scenarios.iter().find(|s| s.name == name) else {
+            let names: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
+            return Err(UsageError(format!(
+                "--scenario: `{}` is none of {}, rates",
+                args.scenario,
+                names.join(", ")
+            ))
+            .into());
+        };
+        chosen.push(scenario);
+    }
     if args.seeds == 0 {
         return Err(UsageError("--seeds: must be at least 1".into()).into());
     }
-    let bar = indicatif::ProgressBar::new(args.seeds * evaluate::policies().len() as u64);
-    let evaluation = evaluate::evaluate(scenario, args.seeds, |policy, seed| {
-        bar.set_message(format!("{policy}, seed {seed}"));
-        bar.inc(1);
-    });
+    let runs: u64 = chosen
+        .iter()
+        .map(|s| {
+            evaluate::policies(s)
+                .iter()
+                .filter(|p| p.cannot_run.is_none())
+                .count() as u64
+        })
+        .sum();
+    let bar = indicatif::ProgressBar::new(args.seeds * runs);
+    let mut evaluations = Vec::new();
+    for scenario in chosen {
+        evaluations.push(evaluate::evaluate(scenario, args.seeds, |policy, seed| {
+            bar.set_message(format!("{}: {policy}, seed {seed}", scenario.name));
+            bar.inc(1);
+        }));
+    }
     bar.finish_and_clear();
-    let table = evaluate::table(&evaluation);
-    print!("{table}");
+    for evaluation in &evaluations {
+        println!("{}", tables(evaluation));
+    }
+    if args.scenario == "rates" {
+        print!("{}", rates_table(&evaluations));
+    }
     if let Some(path) = &args.json {
-        std::fs::write(path, json(&evaluation)? + "\n")
+        std::fs::write(path, json(&evaluations)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(dir) = &args.out {
-        write_docs(dir, &evaluation, &table)?;
+        for evaluation in &evaluations {
+            let section = format!(
+                "{}\n![accumulated WAF over time, scenario {name}, seed 1]({plot})\n\nProduced by `unicron evaluate --scenario {name} --seeds {} --out {}`.",
+                tables(evaluation),
+                args.seeds,
+                dir.display(),
+                name = evaluation.scenario.name,
+                plot = plot_name(&evaluation.scenario.name),
+            );
+            write_section(dir, &evaluation.scenario.name, &section)?;
+            write_plot(dir, &evaluation.scenario.name, &evaluate::svg(evaluation))?;
+        }
+        if args.scenario == "rates" {
+            let section = format!(
+                "{}\n![unicron's WAF over each baseline's against the failure rate]({})\n\nProduced by `unicron evaluate --scenario rates --seeds {} --out {}`.",
+                rates_table(&evaluations),
+                plot_name("rates"),
+                args.seeds,
+                dir.display()
+            );
+            write_section(dir, "rates", &section)?;
+            write_plot(dir, "rates", &evaluate::ratio_svg(&evaluations))?;
+        }
         println!(
-            "wrote {} and {}",
+            "wrote {} and its plots in {}",
             dir.join("EVALUATION.md").display(),
-            dir.join(plot_name(&evaluation)).display()
+            dir.join("evaluation").display()
         );
     }
     Ok(())
 }
 
-/// `{"scenario": ..., "policies": {"unicron": {"waf_fraction": ...}, ...}}`.
-fn json(e: &Evaluation) -> anyhow::Result<String> {
-    Ok(serde_json::to_string_pretty(&serde_json::json!({
-        "scenario": e.scenario.name,
-        "setting": e.scenario,
-        "seeds": e.seeds,
-        "policies": e.policies,
-    }))?)
+/// A scenario's result table and its downtime per failure by kind.
+fn tables(e: &Evaluation) -> String {
+    format!(
+        "{}\nMean downtime per failure that hit a job, minutes (injection until the job ran again):\n\n{}",
+        evaluate::table(e),
+        evaluate::downtime_table(e)
+    )
 }
 
-fn plot_name(e: &Evaluation) -> String {
-    format!("evaluation/{}.svg", e.scenario.name)
+/// unicron's WAF over each baseline's at every rate of the sweep.
+fn rates_table(evaluations: &[Evaluation]) -> String {
+    use std::fmt::Write;
+    let Some(first) = evaluations.first() else {
+        return String::new();
+    };
+    let baselines: Vec<&str> = evaluate::policies(&first.scenario)
+        .iter()
+        .map(|p| p.name)
+        .filter(|n| *n != "unicron" && first.policies.contains_key(*n))
+        .collect();
+    let mut out = String::from("| failure rate |");
+    for b in &baselines {
+        let _ = write!(out, " vs {b} |");
+    }
+    let _ = writeln!(out, "\n|---:|{}", "---:|".repeat(baselines.len()));
+    for e in evaluations {
+        let _ = write!(out, "| {}x |", e.scenario.rate);
+        for b in &baselines {
+            let u = &e.policies["unicron"];
+            match (u.ratio.get(*b), u.ratio_range.get(*b)) {
+                (Some(x), Some((lo, hi))) => {
+                    let _ = write!(out, " {x:.2}x ({lo:.2}-{hi:.2}) |");
+                }
+                _ => {
+                    let _ = write!(out, " — |");
+                }
+            }
+        }
+        let _ = writeln!(out);
+    }
+    out
 }
 
-/// Replaces (or appends) the scenario's section of EVALUATION.md, between
-/// markers, and writes its plot beside it.
-fn write_docs(dir: &Path, e: &Evaluation, table: &str) -> anyhow::Result<()> {
-    let plot = dir.join(plot_name(e));
+/// `[{"scenario": ..., "policies": {"unicron": {"waf_fraction": ...}, ...}}, ...]`.
+fn json(evaluations: &[Evaluation]) -> anyhow::Result<String> {
+    let all: Vec<serde_json::Value> = evaluations
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "scenario": e.scenario.name,
+                "setting": e.scenario,
+                "seeds": e.seeds,
+                "trace_lengths": e.trace_lengths,
+                "policies": e.policies,
+                "not_run": e.not_run,
+            })
+        })
+        .collect();
+    Ok(serde_json::to_string_pretty(&all)?)
+}
+
+fn plot_name(name: &str) -> String {
+    format!("evaluation/{name}.svg")
+}
+
+fn write_plot(dir: &Path, name: &str, svg: &str) -> anyhow::Result<()> {
+    let plot = dir.join(plot_name(name));
     std::fs::create_dir_all(plot.parent().expect("has a parent"))
         .with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(&plot, evaluate::svg(e))
-        .with_context(|| format!("writing {}", plot.display()))?;
+    std::fs::write(&plot, svg).with_context(|| format!("writing {}", plot.display()))
+}
+
+/// Replaces (or appends) the section `name` of DIR/EVALUATION.md, between
+/// markers.
+fn write_section(dir: &Path, name: &str, body: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let doc = dir.join("EVALUATION.md");
     let text = std::fs::read_to_string(&doc).unwrap_or_else(|_| "# Evaluation\n".into());
     let (begin, end) = (
-        format!("<!-- evaluate:{}:begin -->", e.scenario.name),
-        format!("<!-- evaluate:{}:end -->", e.scenario.name),
+        format!("<!-- evaluate:{name}:begin -->"),
+        format!("<!-- evaluate:{name}:end -->"),
     );
-    let section = format!(
-        "{begin}\n{table}\n![accumulated WAF over time, scenario {}]({})\n\nProduced by `unicron evaluate --scenario {} --seeds {} --out {}`.\n{end}",
-        e.scenario.name,
-        plot_name(e),
-        e.scenario.name,
-        e.seeds,
-        dir.display()
-    );
+    let section = format!("{begin}\n{body}\n{end}");
     let updated = match (text.find(&begin), text.find(&end)) {
         (Some(b), Some(x)) if x > b => format!("{}{section}{}", &text[..b], &text[x + end.len()..]),
         _ => format!("{}\n{section}\n", text.trim_end()),
     };
-    std::fs::write(&doc, updated).with_context(|| format!("writing {}", doc.display()))?;
-    Ok(())
+    std::fs::write(&doc, updated).with_context(|| format!("writing {}", doc.display()))
 }

@@ -149,6 +149,7 @@ fn evaluate_compares_policies_and_writes_the_docs() {
     assert!(stdout.contains("| unicron |"), "{stdout}");
     let e: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let e = &e[0];
     assert_eq!(e["scenario"], "smoke");
     for policy in [
         "unicron",
@@ -156,11 +157,18 @@ fn evaluate_compares_policies_and_writes_the_docs() {
         "elastic-single-job",
         "oobleck",
         "varuna",
-        "bamboo",
     ] {
         let waf = e["policies"][policy]["waf_fraction"].as_f64().unwrap();
         assert!(waf > 0.0 && waf < 1.0, "{policy}: {waf}");
     }
+    // Out of memory at these models in its own authors' artifact.
+    assert!(e["policies"]["bamboo"].is_null(), "{e:#}");
+    assert!(
+        e["not_run"]["bamboo"]
+            .as_str()
+            .unwrap()
+            .contains("out of memory")
+    );
     let doc = std::fs::read_to_string(docs.join("EVALUATION.md")).unwrap();
     assert!(doc.contains("<!-- evaluate:smoke:begin -->") && doc.contains("| unicron |"));
     let svg = std::fs::read_to_string(docs.join("evaluation/smoke.svg")).unwrap();

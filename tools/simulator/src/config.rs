@@ -72,6 +72,20 @@ pub enum Arrivals {
     Demo,
 }
 
+/// How an injected NCCL timeout shows itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NcclTimeoutShows {
+    /// The watchdog's line at the failure's time, with no stall before it:
+    /// a demonstration of the SEV3 path (`unicron up`'s default).
+    #[default]
+    Line,
+    /// What a real watchdog does: the collective stalls at the failure's
+    /// time and the line comes `collective_timeout_s` later; whoever notices
+    /// the stall first acts first (the evaluation).
+    Stall,
+}
+
 /// Which jobs the cluster runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -121,6 +135,19 @@ pub struct SimConfig {
     pub trace: Option<PathBuf>,
     /// Simulated seconds an isolated node takes to come back repaired.
     pub repair_s: f64,
+    /// The jobs' collective timeout (NCCL's watchdog): a hang nothing acted
+    /// on aborts its rank this long after it began. PyTorch's and
+    /// Megatron-LM's default is 10 min; the Unicron paper's figure is 30.
+    pub collective_timeout_s: f64,
+    /// How an injected NCCL timeout shows itself.
+    pub nccl_timeout: NcclTimeoutShows,
+    /// Every restart rolls back to the checkpoint and takes
+    /// `restart_checkpoint_s`, whatever replica the command names: a system
+    /// with no replicas (the evaluation's baselines).
+    pub restart_rolls_back: bool,
+    /// Every reconfiguration and resumption rolls back to the checkpoint
+    /// (Varuna's restart on every change of GPUs).
+    pub reconfigure_rolls_back: bool,
     pub heartbeat_interval_s: f64,
     pub telemetry_interval_s: f64,
     /// A job logs a progress line every this many iterations.
@@ -160,6 +187,10 @@ impl Default for SimConfig {
             arrivals: Arrivals::Poisson,
             trace: None,
             repair_s: 2.0 * 3600.0,
+            collective_timeout_s: 30.0 * 60.0,
+            nccl_timeout: NcclTimeoutShows::Line,
+            restart_rolls_back: false,
+            reconfigure_rolls_back: false,
             heartbeat_interval_s: 1.0,
             telemetry_interval_s: 15.0,
             log_every_iterations: 10,
@@ -180,6 +211,19 @@ impl SimConfig {
     pub fn mean_interval_s(&self) -> f64 {
         self.mtbf_s
             .unwrap_or_else(|| paper_mtbf_s(self.nodes * self.gpus_per_node))
+    }
+
+    /// [`SimConfig::collective_timeout_s`] in ms.
+    pub fn collective_timeout_ms(&self) -> i64 {
+        (self.collective_timeout_s * 1000.0).round() as i64
+    }
+
+    /// The nodes' names, `node-000` on (wider for 1,000 nodes or more).
+    pub fn node_names(&self) -> Vec<String> {
+        let width = self.nodes.saturating_sub(1).to_string().len().max(3);
+        (0..self.nodes)
+            .map(|i| format!("node-{i:0width$}"))
+            .collect()
     }
 
     /// The random failure rate as a multiple of the paper setting's for
@@ -228,6 +272,7 @@ impl SimConfig {
         let positive = [
             ("speed", self.speed),
             ("repair_s", self.repair_s),
+            ("collective_timeout_s", self.collective_timeout_s),
             ("heartbeat_interval_s", self.heartbeat_interval_s),
             ("telemetry_interval_s", self.telemetry_interval_s),
             ("noise_interval_s", self.noise_interval_s),

@@ -201,6 +201,59 @@ pub enum TraceError {
     },
 }
 
+impl TraceEntry {
+    /// The entry's time, ms since the epoch, for a run started at `start_ms`.
+    pub fn at_ms(&self, start_ms: i64) -> i64 {
+        start_ms + (self.at_s * 1000.0).round() as i64
+    }
+}
+
+/// One failure trace for a whole cluster, drawn before any policy runs:
+/// Poisson arrivals of mean `mean_interval_s` over `duration_s`, each on a
+/// node drawn uniformly from `nodes` (whatever runs there) with a kind from
+/// the mix. Every policy of an evaluation is fed this same trace; a failure
+/// that finds its node idle, down or its job already stopped is a no-op
+/// for that policy, as it would be on a real cluster. Times are whole
+/// milliseconds, so the CSV ([`write_trace`]) reads back exactly.
+pub fn draw_trace(
+    nodes: &[String],
+    mean_interval_s: f64,
+    duration_s: f64,
+    seed: u64,
+) -> Vec<TraceEntry> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7ace_0f_fa11);
+    let mut out = Vec::new();
+    if nodes.is_empty() || mean_interval_s <= 0.0 {
+        return out;
+    }
+    let (mean_ms, end_ms) = (mean_interval_s * 1000.0, (duration_s * 1000.0) as i64);
+    let mut at_ms = 0_i64;
+    loop {
+        let u: f64 = rng.random();
+        at_ms += ((-(1.0 - u).ln() * mean_ms) as i64).max(1);
+        if at_ms >= end_ms {
+            return out;
+        }
+        let node = &nodes[rng.random_range(0..nodes.len())];
+        out.push(TraceEntry {
+            at_s: at_ms as f64 / 1000.0,
+            node: node.clone(),
+            kind: pick(rng.random()),
+        });
+    }
+}
+
+/// A trace as the CSV [`parse_trace`] reads.
+pub fn write_trace(entries: &[TraceEntry]) -> String {
+    use std::fmt::Write;
+    let mut out = String::from("time_s,node,kind\n");
+    for e in entries {
+        let _ = writeln!(out, "{:.3},{},{}", e.at_s, e.node, e.kind.symbol());
+    }
+    out
+}
+
 /// Reads a trace CSV: header `time_s,node,kind`, one failure per line,
 /// `#` comments and blank lines ignored. Entries come back sorted by time.
 pub fn read_trace(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
@@ -319,6 +372,21 @@ mod tests {
         let total: f64 = MIX.iter().map(|(_, w)| w).sum();
         let want = 10.1 / total * n as f64;
         assert!((timeouts as f64 - want).abs() < 2.0, "{timeouts} vs {want}");
+    }
+
+    #[test]
+    fn a_drawn_trace_covers_every_node_and_reads_back_exactly() {
+        let nodes: Vec<String> = (0..16).map(|i| format!("node-{i:03}")).collect();
+        let trace = draw_trace(&nodes, 600.0, 30.0 * 86_400.0, 5);
+        // About 4,320 failures in 30 days at one per 10 min.
+        assert!((4_000..4_700).contains(&trace.len()), "{}", trace.len());
+        let hit: std::collections::BTreeSet<&str> = trace.iter().map(|e| e.node.as_str()).collect();
+        assert_eq!(hit.len(), nodes.len());
+        assert!(trace.windows(2).all(|w| w[0].at_s < w[1].at_s));
+        let csv = write_trace(&trace);
+        assert_eq!(parse_trace(&csv, "t").unwrap(), trace);
+        assert_eq!(draw_trace(&nodes, 600.0, 30.0 * 86_400.0, 5), trace);
+        assert_ne!(draw_trace(&nodes, 600.0, 30.0 * 86_400.0, 6), trace);
     }
 
     #[test]

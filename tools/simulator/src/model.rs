@@ -17,7 +17,7 @@ use unicron_core::{
     FailureKind, LogRecord, MetricSample, Severity, TelemetryBatch,
 };
 
-use crate::config::{Arrivals, SimConfig};
+use crate::config::{Arrivals, NcclTimeoutShows, SimConfig};
 use crate::faults::{self, TraceEntry};
 use crate::profiles::Model;
 use crate::truth::{Fault, Truth};
@@ -41,10 +41,6 @@ const GAUGES: [(&str, Level, Level); 4] = [
 ];
 const SIGTERM: i32 = 15;
 const SIGABRT: i32 = 6;
-/// NCCL's watchdog: a collective that makes no progress for this long is
-/// timed out and the rank aborts. The Unicron paper's 30 minutes, the
-/// figure the evaluation's baselines wait for (docs/EVALUATION.md).
-pub const NCCL_TIMEOUT_MS: i64 = 30 * 60 * 1000;
 
 /// One record the cluster puts on a topic.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,6 +125,8 @@ struct Job {
     /// The hang whose NCCL watchdog has fired (index into the truth's
     /// faults): it fires once per hang.
     watchdog_fired: Option<usize>,
+    /// Faults of this job resolved while it has not run since.
+    recovering: Vec<usize>,
 }
 
 impl Job {
@@ -193,12 +191,11 @@ impl Sim {
     /// jobs; failures from `trace` if given, else from the taxonomy mix.
     pub fn new(config: SimConfig, trace: Option<Vec<TraceEntry>>) -> Sim {
         let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-        let width = config.nodes.saturating_sub(1).to_string().len().max(3);
         let mut nodes = BTreeMap::new();
-        for i in 0..config.nodes {
+        for name in config.node_names() {
             let offset = rng.random_range(0..1_000);
             nodes.insert(
-                format!("node-{i:0width$}"),
+                name,
                 Node {
                     state: NodeState::Up,
                     job: None,
@@ -292,7 +289,7 @@ impl Sim {
             next = next.min(on_tick(*at));
         }
         if let Some(entry) = self.trace.front() {
-            next = next.min(on_tick(start + (entry.at_s * 1000.0) as i64));
+            next = next.min(on_tick(entry.at_ms(start)));
         }
         if let Some(at) = self.next_random_fault {
             next = next.min(on_tick(at));
@@ -476,7 +473,37 @@ impl Sim {
                 } else {
                     Phase::Running
                 };
+                if job.phase == Phase::Running {
+                    for index in job.recovering.drain(..) {
+                        self.truth.faults[index].running_again_ms = Some(self.now);
+                    }
+                }
             }
+        }
+    }
+
+    /// Where `request` restores its job from: the replica it names, unless
+    /// this cluster's restarts (or reconfigurations) always roll back.
+    fn restore_from<'a>(&self, request: &'a ActionRequest) -> Option<&'a str> {
+        let rolls_back = match request.action {
+            CommandAction::Restart => self.config.restart_rolls_back,
+            _ => self.config.reconfigure_rolls_back,
+        };
+        if rolls_back {
+            None
+        } else {
+            request.restore_from.as_deref()
+        }
+    }
+
+    /// Resolves fault `index` of job `job_id` by `action`: its downtime
+    /// runs until the job runs again.
+    fn resolve(&mut self, index: usize, job_id: Option<&str>, action: CommandAction) {
+        self.truth.resolve(index, self.now, action);
+        if let Some(job) = job_id.and_then(|id| self.jobs.get_mut(id))
+            && !job.recovering.contains(&index)
+        {
+            job.recovering.push(index);
         }
     }
 
@@ -504,11 +531,12 @@ impl Sim {
     fn inject_due(&mut self, out: &mut Vec<Emission>) {
         let start = self.config.start_ms;
         while let Some(entry) = self.trace.front() {
-            if start + (entry.at_s * 1000.0) as i64 > self.now {
+            if entry.at_ms(start) > self.now {
                 break;
             }
             let entry = self.trace.pop_front().expect("peeked");
             self.inject(Some(&entry.node), entry.kind, out);
+            self.truth.offered.push(entry);
         }
         let (arrivals, mean_ms) = (self.config.arrivals, self.config.mean_interval_s() * 1000.0);
         while let Some(at) = self.next_random_fault
@@ -535,13 +563,24 @@ impl Sim {
     fn watchdog_due(&self, job: &Job) -> Option<i64> {
         let index = job.fault?;
         let fault = &self.truth.faults[index];
-        (fault.kind == FailureKind::TaskHang && job.watchdog_fired != Some(index))
-            .then_some(fault.injected_ms + NCCL_TIMEOUT_MS)
+        (self.stalls(fault.kind) && job.watchdog_fired != Some(index))
+            .then_some(fault.injected_ms + self.config.collective_timeout_ms())
     }
 
-    /// Hangs nothing has acted on by the NCCL timeout: the hung rank logs
-    /// the watchdog's timeout and aborts (PyTorch's default on a timed-out
-    /// collective), which the control plane sees as a crashed process.
+    /// Whether a failure of `kind` stalls its job silently until the
+    /// collective timeout: a hang, and an NCCL timeout modelled as the
+    /// stall it is.
+    fn stalls(&self, kind: FailureKind) -> bool {
+        kind == FailureKind::TaskHang
+            || (kind == FailureKind::NcclTimeout
+                && self.config.nccl_timeout == NcclTimeoutShows::Stall)
+    }
+
+    /// Stalls nothing has acted on by the collective timeout: the hung rank
+    /// logs the watchdog's timeout; a hang's rank then aborts (PyTorch's
+    /// default on a timed-out collective), which the control plane sees as
+    /// a crashed process; a stalled NCCL timeout shows only its line, as the
+    /// `line` model shows it at once.
     fn fire_watchdogs(&mut self, out: &mut Vec<Emission>) {
         let due: Vec<(String, usize)> = self
             .jobs
@@ -555,8 +594,12 @@ impl Sim {
             })
             .map(|(id, job)| (id.clone(), job.fault.expect("a hang is a fault")))
             .collect();
+        let timeout_ms = self.config.collective_timeout_ms();
         for (id, index) in due {
-            let node = self.truth.faults[index].node.clone();
+            let (node, kind) = (
+                self.truth.faults[index].node.clone(),
+                self.truth.faults[index].kind,
+            );
             let job = self.jobs.get_mut(&id).expect("listed");
             job.watchdog_fired = Some(index);
             let rank = job.nodes.iter().position(|n| *n == node).unwrap_or(0) as u32;
@@ -569,12 +612,14 @@ impl Sim {
                 rank: Some(rank as i32),
                 gpu: None,
                 line: format!(
-                    "[E ProcessGroupNCCL.cpp:475] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=52311, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={NCCL_TIMEOUT_MS}) ran for {} milliseconds before timing out.",
-                    NCCL_TIMEOUT_MS + 86
+                    "[E ProcessGroupNCCL.cpp:475] [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=52311, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={timeout_ms}) ran for {} milliseconds before timing out.",
+                    timeout_ms + 86
                 ),
                 attributes: BTreeMap::new(),
             }));
-            out.push(self.exit(&node, &id, rank, None, Some(SIGABRT)));
+            if kind == FailureKind::TaskHang {
+                out.push(self.exit(&node, &id, rank, None, Some(SIGABRT)));
+            }
         }
     }
 
@@ -646,7 +691,11 @@ impl Sim {
             gpu,
             self.now,
         ));
-        let shown = faults::manifest(kind, &name, gpu, rank);
+        let mut shown = faults::manifest(kind, &name, gpu, rank);
+        if self.stalls(kind) {
+            // Its line, if any, is the watchdog's at the collective timeout.
+            shown.lines.clear();
+        }
         let node = self.nodes.get_mut(&name).expect("chosen from the map");
         node.fault = Some(index);
         if let Some(counter) = shown.counter
@@ -703,7 +752,7 @@ impl Sim {
             out.push(Emission::Agent(beat));
         }
         let job = &self.jobs[job_id];
-        if kind != FailureKind::TaskHang {
+        if !self.stalls(kind) {
             return;
         }
         let Some(at) = job.last_completion_ms else {
@@ -1043,7 +1092,7 @@ impl Sim {
                             f.node, f.kind
                         ))
                     }
-                    _ => Ok(ms(restart_s(t, request.restore_from.as_deref()))),
+                    _ => Ok(ms(restart_s(t, self.restore_from(request)))),
                 }
             }
             CommandAction::IsolateNode => {
@@ -1065,8 +1114,7 @@ impl Sim {
                 let base = if job.phase == Phase::Pending {
                     t.resume_s
                 } else if request.action == CommandAction::Resume {
-                    t.resume_s
-                        .max(restart_s(t, request.restore_from.as_deref()))
+                    t.resume_s.max(restart_s(t, self.restore_from(request)))
                 } else {
                     t.reconfigure_s
                 };
@@ -1103,9 +1151,11 @@ impl Sim {
                     };
                     self.repairs.insert((repair_at, name.clone()));
                 }
-                if let Some(index) = node.fault.take() {
-                    self.truth.resolve(index, now, request.action);
+                let (fault, job_of) = (node.fault.take(), node.job.clone());
+                if let Some(index) = fault {
+                    self.resolve(index, job_of.as_deref(), request.action);
                 }
+                let node = self.nodes.get_mut(name).expect("judged");
                 if let Some(job_id) = node.job.take()
                     && let Some(job) = self.jobs.get_mut(&job_id)
                 {
@@ -1127,7 +1177,7 @@ impl Sim {
                     return;
                 };
                 if let Some(index) = job.fault.take() {
-                    self.truth.resolve(index, now, request.action);
+                    self.resolve(index, Some(id), request.action);
                     self.clear_node_fault(index);
                 }
                 let job = self.jobs.get_mut(id).expect("looked up");
@@ -1145,14 +1195,15 @@ impl Sim {
                 self.stop_processes(&id, out);
                 let job = self.jobs.get_mut(&id).expect("checked");
                 if let Some(index) = job.fault.take() {
-                    self.truth.resolve(index, now, request.action);
+                    self.resolve(index, Some(&id), request.action);
                     self.clear_node_fault(index);
                 }
+                let restore_from = self.restore_from(request).map(str::to_string);
                 let job = self.jobs.get_mut(&id).expect("checked");
-                restore(job, request.restore_from.as_deref());
+                restore(job, restore_from.as_deref());
                 if !job.nodes.is_empty() {
                     job.phase = Phase::Transition {
-                        until: now + ms(restart_s(&t, request.restore_from.as_deref())),
+                        until: now + ms(restart_s(&t, restore_from.as_deref())),
                     };
                 }
             }
@@ -1184,19 +1235,19 @@ impl Sim {
                 }
                 let job = self.jobs.get_mut(&id).expect("checked");
                 if let Some(index) = job.fault.take() {
-                    self.truth.resolve(index, now, request.action);
+                    self.resolve(index, Some(&id), request.action);
                     self.clear_node_fault(index);
                 }
+                let restore_from = self.restore_from(request).map(str::to_string);
                 let job = self.jobs.get_mut(&id).expect("checked");
                 if !first_start {
-                    restore(job, request.restore_from.as_deref());
+                    restore(job, restore_from.as_deref());
                 }
                 job.nodes = usable;
                 let base = if first_start {
                     t.resume_s
                 } else if request.action == CommandAction::Resume {
-                    t.resume_s
-                        .max(restart_s(&t, request.restore_from.as_deref()))
+                    t.resume_s.max(restart_s(&t, restore_from.as_deref()))
                 } else {
                     t.reconfigure_s
                 };
@@ -1367,6 +1418,7 @@ fn plan_jobs(config: &SimConfig) -> BTreeMap<String, Job> {
                     iterations_seen: 0,
                     last_completion_ms: None,
                     watchdog_fired: None,
+                    recovering: Vec::new(),
                 },
             )
         })

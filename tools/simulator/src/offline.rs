@@ -82,6 +82,9 @@ pub struct Offline {
 pub struct DetectionDelay {
     pub kinds: Vec<unicron_core::FailureKind>,
     pub delay_ms: i64,
+    /// Kinds the baseline never learns of from unicron's detector (a hang
+    /// found by its statistics): what else the failure causes reaches it.
+    pub ignored: Vec<unicron_core::FailureKind>,
 }
 
 impl Offline {
@@ -284,6 +287,13 @@ impl Offline {
     fn failures(&mut self, outputs: Vec<DetectorOutput>) {
         for output in outputs {
             if let DetectorOutput::Failure(mut failure) = output {
+                if self
+                    .delay
+                    .as_ref()
+                    .is_some_and(|d| d.ignored.contains(&failure.kind))
+                {
+                    continue;
+                }
                 self.flow.failures += 1;
                 match &self.delay {
                     Some(d) if d.kinds.contains(&failure.kind) => {
@@ -547,27 +557,21 @@ mod tests {
 #[cfg(test)]
 mod sparse_tests {
     use super::*;
-    use crate::config::SimConfig;
-    use crate::evaluate::{PolicyModel, policies, scenarios};
+    use crate::evaluate::{PolicyModel, Scenario, offline_for, policies, scenarios, sim_for};
+    use unicron_core::FailureKind;
 
-    fn run(config: &SimConfig, policy: &PolicyModel, sparse: bool, hours: f64) -> (Summary, Flow) {
-        let config = SimConfig {
-            transitions: policy.transitions.clone(),
-            throughput_factor: policy.throughput_factor,
-            ..config.clone()
-        };
-        let mut sim = Sim::new(config, None);
+    fn run(
+        s: &Scenario,
+        policy: &PolicyModel,
+        seed: u64,
+        sparse: bool,
+        hours: f64,
+    ) -> (Summary, Flow) {
+        let mut sim = sim_for(s, policy, seed, &s.trace(seed));
         if sparse {
             sim = sim.with_sparse_feed();
         }
-        let planner = PlannerConfig {
-            policy: policy.planner,
-            ..PlannerConfig::default()
-        };
-        let mut offline = Offline::new(sim, DetectorConfig::default(), planner);
-        if let Some(delay) = &policy.delay {
-            offline = offline.with_detection_delay(delay.clone());
-        }
+        let mut offline = offline_for(policy, sim);
         let summary = offline.run_for(hours * 3600.0);
         (summary, offline.flow)
     }
@@ -583,27 +587,57 @@ mod sparse_tests {
                 .into_iter()
                 .find(|s| s.name == name)
                 .expect("named");
-            let config = SimConfig {
-                nodes: s.nodes,
-                jobs: s.jobs,
-                seed,
-                mtbf_s: Some(s.mtbf_s),
-                telemetry_interval_s: 300.0,
-                noise_interval_s: 3_600.0,
-                ..SimConfig::default()
-            };
-            for policy in policies() {
-                let (ticked, every) = run(&config, &policy, false, hours);
-                let (sparse, few) = run(&config, &policy, true, hours);
+            for policy in policies(&s).iter().filter(|p| p.cannot_run.is_none()) {
+                let (ticked, every) = run(&s, policy, seed, false, hours);
+                let (sparse, few) = run(&s, policy, seed, true, hours);
                 let what = format!("{name} seed {seed} {}", policy.name);
                 assert!(ticked.failures_injected >= 2, "{what}: {}", ticked.table());
-                assert_eq!(ticked.faults, sparse.faults, "{what}");
+                // A stall is found by the hang statistics, which the sparse
+                // feed gives a job's recent iterations at their exact mean
+                // where the ticked feed jitters them by 2%: its detection
+                // may move by seconds; everything else is the same.
+                assert_eq!(ticked.faults.len(), sparse.faults.len(), "{what}");
+                for (a, b) in ticked.faults.iter().zip(&sparse.faults) {
+                    let same = |f: &crate::truth::Fault| {
+                        (
+                            f.kind,
+                            f.node.clone(),
+                            f.job.clone(),
+                            f.injected_ms,
+                            f.detected_as,
+                            f.resolved_by,
+                        )
+                    };
+                    assert_eq!(same(a), same(b), "{what}");
+                    let moved =
+                        |x: Option<i64>, y: Option<i64>| (x.unwrap_or(0) - y.unwrap_or(0)).abs();
+                    let slack = if a.detected_as == Some(FailureKind::TaskHang) {
+                        30_000
+                    } else {
+                        0
+                    };
+                    assert!(
+                        moved(a.detected_ms, b.detected_ms) <= slack,
+                        "{what}: {a:?} {b:?}"
+                    );
+                    assert!(
+                        moved(a.running_again_ms, b.running_again_ms) <= slack,
+                        "{what}: {a:?} {b:?}"
+                    );
+                }
                 assert_eq!(ticked.actions_by_kind, sparse.actions_by_kind, "{what}");
-                assert_eq!(
-                    (every.failures, every.decisions, every.commands),
-                    (few.failures, few.decisions, few.commands),
-                    "{what}"
+                // The ticked feed's DCGM telemetry can report a fault a
+                // second time while a late baseline leaves it standing; the
+                // planner takes no action on the repeat.
+                assert_eq!(every.commands, few.commands, "{what}");
+                assert!(
+                    every.failures >= few.failures
+                        && every.failures - few.failures == every.decisions - few.decisions,
+                    "{what}: {every:?} {few:?}"
                 );
+                if policy.late.is_empty() {
+                    assert_eq!(every.failures, few.failures, "{what}");
+                }
                 assert_eq!(ticked.false_detections, sparse.false_detections, "{what}");
                 let gap = (sparse.waf_fraction / ticked.waf_fraction - 1.0).abs();
                 assert!(
@@ -715,7 +749,7 @@ mod replica_tests {
         assert_eq!(hang.kind, FailureKind::TaskHang);
         assert_eq!(hang.resolved_by, Some(CommandAction::Restart), "{hang:?}");
         let after = hang.resolved_ms.unwrap() - hang.injected_ms;
-        let timeout = crate::model::NCCL_TIMEOUT_MS;
+        let timeout = run.sim.config().collective_timeout_ms();
         assert!(
             (timeout..timeout + 60_000).contains(&after),
             "resolved {after} ms after the hang: {hang:?}"

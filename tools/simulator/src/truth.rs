@@ -20,6 +20,9 @@ pub struct Fault {
     pub detected_as: Option<FailureKind>,
     pub resolved_ms: Option<i64>,
     pub resolved_by: Option<CommandAction>,
+    /// When the hit job next ran again after the fault was resolved: the
+    /// failure's downtime ends there.
+    pub running_again_ms: Option<i64>,
 }
 
 impl Fault {
@@ -42,6 +45,7 @@ impl Fault {
             detected_as: None,
             resolved_ms: None,
             resolved_by: None,
+            running_again_ms: None,
         }
     }
 }
@@ -52,6 +56,8 @@ pub struct Truth {
     pub faults: Vec<Fault>,
     /// Injections that found no eligible node (trace node busy or absent).
     pub skipped: u64,
+    /// Every trace entry the run reached, hit or skipped, in order.
+    pub offered: Vec<crate::faults::TraceEntry>,
     pub actions: BTreeMap<CommandAction, u64>,
     pub failed_actions: u64,
     /// Commands whose effect time had passed when they arrived: the control
@@ -80,6 +86,7 @@ impl Truth {
         Truth {
             faults: Vec::new(),
             skipped: 0,
+            offered: Vec::new(),
             actions: BTreeMap::new(),
             failed_actions: 0,
             late_actions: 0,
