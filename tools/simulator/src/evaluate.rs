@@ -399,8 +399,10 @@ pub fn offline_for(policy: &PolicyModel, sim: Sim) -> Offline {
         offline = offline.with_detection_delay(DetectionDelay {
             kinds: policy.late.clone(),
             delay_ms: timeout_ms,
+            // No hang statistics and no reading of NCCL's lines: what they
+            // learn of a stall is the watchdog's abort at the timeout.
             ignored: if policy.blind_to_hangs {
-                vec![FailureKind::TaskHang]
+                vec![FailureKind::TaskHang, FailureKind::NcclTimeout]
             } else {
                 Vec::new()
             },
@@ -702,8 +704,9 @@ fn frame(title: &str, x_label: &str, y_ticks: &[(f64, String)], out: &mut String
     );
 }
 
-/// An SVG line chart of the accumulated useful work (WAF of the ideal)
-/// over time, one line per policy, on the first seed.
+/// An SVG line chart of the accumulated useful work over time, one line
+/// per policy, on the first seed: weighted FLOPs done so far as a share of
+/// what the no-failure ideal does in the whole run (the dashed diagonal).
 pub fn svg(e: &Evaluation) -> String {
     use std::fmt::Write;
     let (w, h, pad) = (720.0, 360.0, 56.0);
@@ -717,29 +720,51 @@ pub fn svg(e: &Evaluation) -> String {
     let mut out = String::new();
     frame(
         &format!(
-            "accumulated WAF of the no-failure ideal, seed 1 — scenario {}",
+            "useful work done so far, share of the ideal's whole run, seed 1 — scenario {}",
             e.scenario.name
         ),
-        &format!("simulated hours (0–{hours})"),
+        "simulated hours",
         &ticks,
         &mut out,
     );
-    for (i, policy) in policies(&e.scenario).iter().enumerate() {
+    let step = if hours > 48.0 { 24.0 } else { 6.0 };
+    let mut t = 0.0;
+    while t <= hours {
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{}">{t}</text>"#,
+            x(t) - 6.0,
+            h - pad + 16.0
+        );
+        t += step;
+    }
+    let _ = writeln!(
+        out,
+        r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#333" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}">no-failure ideal</text>"##,
+        x(0.0),
+        y(0.0),
+        x(hours),
+        y(1.0),
+        x(hours) - 110.0,
+        y(1.0) - 6.0
+    );
+    let list = policies(&e.scenario);
+    for (i, policy) in list.iter().enumerate() {
         let Some(run) = e.policies.get(policy.name).and_then(|r| r.runs.first()) else {
             continue;
         };
-        let line: Vec<String> = run
-            .timeline
-            .iter()
-            .map(|(t, f)| format!("{:.1},{:.1}", x(*t), y(*f)))
+        let line: Vec<String> = std::iter::once((0.0, 0.0))
+            .chain(run.timeline.iter().map(|(t, f)| (*t, f * t / hours)))
+            .map(|(t, f)| format!("{:.1},{:.1}", x(t), y(f)))
             .collect();
         let color = COLORS[i % COLORS.len()];
+        let final_share = run.waf_fraction * 100.0;
         let _ = writeln!(
             out,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/><text x="{}" y="{}" fill="{color}">{}</text>"#,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/><text x="{}" y="{}" fill="{color}">{} ({final_share:.1}%)</text>"#,
             line.join(" "),
-            w - pad - 150.0,
-            h - pad - 16.0 * (policies(&e.scenario).len() - i) as f64,
+            pad + 8.0,
+            pad + 16.0 * i as f64,
             policy.name
         );
     }

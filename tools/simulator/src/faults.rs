@@ -222,7 +222,7 @@ pub fn draw_trace(
     seed: u64,
 ) -> Vec<TraceEntry> {
     use rand::{Rng, SeedableRng};
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7ace_0f_fa11);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x007a_ce0f_fa11);
     let mut out = Vec::new();
     if nodes.is_empty() || mean_interval_s <= 0.0 {
         return out;

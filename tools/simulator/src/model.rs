@@ -577,10 +577,9 @@ impl Sim {
     }
 
     /// Stalls nothing has acted on by the collective timeout: the hung rank
-    /// logs the watchdog's timeout; a hang's rank then aborts (PyTorch's
-    /// default on a timed-out collective), which the control plane sees as
-    /// a crashed process; a stalled NCCL timeout shows only its line, as the
-    /// `line` model shows it at once.
+    /// logs the watchdog's timeout and aborts (PyTorch's default on a
+    /// timed-out collective), which the control plane sees as a crashed
+    /// process.
     fn fire_watchdogs(&mut self, out: &mut Vec<Emission>) {
         let due: Vec<(String, usize)> = self
             .jobs
@@ -596,10 +595,7 @@ impl Sim {
             .collect();
         let timeout_ms = self.config.collective_timeout_ms();
         for (id, index) in due {
-            let (node, kind) = (
-                self.truth.faults[index].node.clone(),
-                self.truth.faults[index].kind,
-            );
+            let node = self.truth.faults[index].node.clone();
             let job = self.jobs.get_mut(&id).expect("listed");
             job.watchdog_fired = Some(index);
             let rank = job.nodes.iter().position(|n| *n == node).unwrap_or(0) as u32;
@@ -617,9 +613,7 @@ impl Sim {
                 ),
                 attributes: BTreeMap::new(),
             }));
-            if kind == FailureKind::TaskHang {
-                out.push(self.exit(&node, &id, rank, None, Some(SIGABRT)));
-            }
+            out.push(self.exit(&node, &id, rank, None, Some(SIGABRT)));
         }
     }
 
@@ -1313,6 +1307,26 @@ impl Sim {
             job.iterations_seen = 0;
         }
         out.extend(exits);
+    }
+
+    /// When the job (or node) `failure` names was stopped by the fault it
+    /// reports: the injection of the job's open fault, if any. A baseline
+    /// that learns of a failure only by the collective timeout learns of it
+    /// that long after this.
+    pub fn stalled_since(&self, failure: &FailureEvent) -> Option<i64> {
+        let index = failure
+            .job
+            .as_deref()
+            .and_then(|id| self.jobs.get(id))
+            .and_then(|job| job.fault)
+            .or_else(|| {
+                failure
+                    .node
+                    .as_deref()
+                    .and_then(|n| self.nodes.get(n))
+                    .and_then(|node| node.fault)
+            })?;
+        Some(self.truth.faults[index].injected_ms)
     }
 
     /// Records the detector's report in the ground truth.

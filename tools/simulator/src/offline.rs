@@ -297,7 +297,16 @@ impl Offline {
                 self.flow.failures += 1;
                 match &self.delay {
                     Some(d) if d.kinds.contains(&failure.kind) => {
-                        failure.detected_ms = failure.first_evidence_ms + d.delay_ms;
+                        // The timeout runs from when the job stalled, which
+                        // may be before this evidence (the watchdog's own
+                        // abort comes at the timeout).
+                        let stalled = self
+                            .sim
+                            .stalled_since(&failure)
+                            .map_or(failure.first_evidence_ms, |t| {
+                                t.min(failure.first_evidence_ms)
+                            });
+                        failure.detected_ms = (stalled + d.delay_ms).max(failure.detected_ms);
                         self.held.push(failure);
                     }
                     _ => self.report(failure),
