@@ -1025,17 +1025,9 @@ fn every_node_silent_at_once_waits_the_grace_and_one_silent_node_does_not() {
     assert!(h.failures[0].detected_ms < T0 + 16_000);
 }
 
-/// After every node was silent (a pipeline outage), the first node whose
-/// backlog arrives is no proof that the others are silent: they may still
-/// be reconnecting. Their backlogs arriving within `resume_grace_s` lose
-/// nothing; a node that stays silent past it is lost.
-#[test]
-fn after_every_node_was_silent_the_others_get_time_to_flush_their_backlog() {
-    let config = DetectorConfig {
-        all_silent_grace_s: 60.0,
-        resume_grace_s: 15.0,
-        ..DetectorConfig::default()
-    };
+/// Three nodes heard for 10 s, then every one silent for 30 s while idle
+/// ticks move the clock: a pipeline outage, seen from the detector.
+fn silent_spell(config: DetectorConfig) -> Harness {
     let mut h = Harness::with(config);
     for s in 0..=10 {
         for n in ["n1", "n2", "n3"] {
@@ -1048,6 +1040,21 @@ fn after_every_node_was_silent_the_others_get_time_to_flush_their_backlog() {
             Observation::Agent(AgentEvent::idle("c1", "unicron-detector", T0 + s * 1000)),
         );
     }
+    h
+}
+
+/// After every node was silent (a pipeline outage), the first node whose
+/// backlog arrives is no proof that the others are silent: they may still
+/// be reconnecting. Their backlogs arriving within `resume_grace_s` lose
+/// nothing; a node that stays silent past it is lost.
+#[test]
+fn after_every_node_was_silent_the_others_get_time_to_flush_their_backlog() {
+    let config = DetectorConfig {
+        all_silent_grace_s: 60.0,
+        resume_grace_s: 15.0,
+        ..DetectorConfig::default()
+    };
+    let mut h = silent_spell(config);
     // n1 reconnects first: its 30 s of backlog, then live heartbeats.
     for s in 11..=48 {
         h.heartbeat("n1", None, T0 + s * 1000);
@@ -1080,18 +1087,7 @@ fn the_nodes_that_never_come_back_are_lost_and_the_one_that_did_is_not() {
         max_clock_skew_s: 30.0,
         ..DetectorConfig::default()
     };
-    let mut h = Harness::with(config);
-    for s in 0..=10 {
-        for n in ["n1", "n2", "n3"] {
-            h.heartbeat(n, None, T0 + s * 1000);
-        }
-    }
-    for s in (12..=40).step_by(2) {
-        h.feed(
-            "unicron.agent",
-            Observation::Agent(AgentEvent::idle("c1", "unicron-detector", T0 + s * 1000)),
-        );
-    }
+    let mut h = silent_spell(config);
     // n1 logs between its heartbeats: timers fire between two of them.
     for s in 11..=90 {
         h.heartbeat("n1", None, T0 + s * 1000);
