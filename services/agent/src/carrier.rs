@@ -51,7 +51,7 @@ fn done(outcome: Outcome, reason: Option<String>, started: Instant) -> Done {
 impl Carrier for AgentCarrier {
     fn part(&self, command: &Command) -> Part {
         if self.settings.observe_only || command.time_ms < self.history_before_ms {
-            return Part::None;
+            return Part::Skip;
         }
         agent::part(
             &self.settings.node,

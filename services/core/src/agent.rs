@@ -130,29 +130,29 @@ pub fn part(
     match command.action {
         CommandAction::IsolateNode if named && scheduler_isolates => Part::Silent,
         CommandAction::IsolateNode if named => Part::Answer,
-        CommandAction::IsolateNode => Part::None,
+        CommandAction::IsolateNode => Part::Skip,
         // The scheduler's executor gives the node back; the agent starts
         // nothing until a re-plan names the node.
-        CommandAction::ReturnNode => Part::None,
+        CommandAction::ReturnNode => Part::Skip,
         // A pause names no node: every agent that may run the job stops it
         // if it runs here, and says so (the first answer is final).
         CommandAction::Pause if local_job => Part::Answer,
-        CommandAction::Pause => Part::None,
+        CommandAction::Pause => Part::Skip,
         CommandAction::Reattempt
         | CommandAction::Restart
         | CommandAction::Reconfigure
         | CommandAction::Resume => match (&command.rendezvous, named, local_job) {
             // Not an agent-launched job: an executor's backend handles it.
-            (None, _, _) => Part::None,
+            (None, _, _) => Part::Skip,
             (Some(_), true, _) => Part::Answer,
             (Some(_), false, true) => Part::Silent,
-            (Some(_), false, false) => Part::None,
+            (Some(_), false, false) => Part::Skip,
         },
         CommandAction::Unknown => {
             if named {
                 Part::Answer
             } else {
-                Part::None
+                Part::Skip
             }
         }
     }
@@ -271,7 +271,7 @@ mod tests {
             }
         );
         assert_eq!(step("n1", both, Some("b"), &c), AgentStep::Nothing);
-        assert_eq!(part("n1", |j| j == "b", false, &c), Part::None);
+        assert_eq!(part("n1", |j| j == "b", false, &c), Part::Skip);
     }
 
     #[test]
@@ -282,7 +282,7 @@ mod tests {
             AgentStep::Refuse(_)
         ));
         let plain = command(CommandAction::Restart, Some("a"), &["n1"], false);
-        assert_eq!(part("n1", both, false, &plain), Part::None);
+        assert_eq!(part("n1", both, false, &plain), Part::Skip);
     }
 
     #[test]
@@ -290,7 +290,7 @@ mod tests {
         let c = command(CommandAction::IsolateNode, None, &["n3"], false);
         assert_eq!(part("n3", both, false, &c), Part::Answer);
         assert_eq!(part("n3", both, true, &c), Part::Silent);
-        assert_eq!(part("n2", both, false, &c), Part::None);
+        assert_eq!(part("n2", both, false, &c), Part::Skip);
         assert_eq!(
             step("n3", both, Some("a"), &c),
             AgentStep::Stop { job: None }

@@ -61,7 +61,7 @@ pub enum Part {
     /// its job stops the job's workers, but the command is not for it.
     Silent,
     /// Nothing to do with this carrier: skipped before the gate.
-    None,
+    Skip,
 }
 
 /// The checks every command passes before an executor acts on it.

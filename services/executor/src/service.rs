@@ -144,7 +144,7 @@ impl<C: Carrier> Processor for CommandProcessor<C> {
         step: &mut Step<'_>,
     ) -> Result<Applied<Command>, ExecutorError> {
         let part = self.carrier.part(&command);
-        if part == Part::None {
+        if part == Part::Skip {
             return Ok(Applied::Done);
         }
         let answer = part == Part::Answer;

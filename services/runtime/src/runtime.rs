@@ -126,7 +126,7 @@ pub async fn run<P: Processor>(
         pending: Commit::new(),
         done: Vec::new(),
     };
-    driver.report(processor, false).await?;
+    driver.report(processor, Report::IfPublished).await?;
     let mut generation = membership.generation();
     let mut last_read: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut ticks = processor.tick_every().map(|every| {
@@ -149,7 +149,7 @@ pub async fn run<P: Processor>(
                 }
                 driver.end_batch(processor).await?;
                 driver.flush().await?;
-                driver.report(processor, true).await?;
+                driver.report(processor, Report::Always).await?;
                 continue;
             }
             () = &mut shutdown => break,
@@ -179,7 +179,7 @@ pub async fn run<P: Processor>(
                 // the processor hears of it (a takeover reads the store).
                 driver.end_batch(processor).await?;
                 driver.flush().await?;
-                driver.report(processor, false).await?;
+                driver.report(processor, Report::IfPublished).await?;
                 generation = read_in;
                 processor
                     .reassigned(&membership.assigned(), store.as_deref())
@@ -197,7 +197,7 @@ pub async fn run<P: Processor>(
                 driver.done(record);
                 continue;
             }
-            let Some(action) = driver.handle(processor, &record, true).await? else {
+            let Some(action) = driver.handle(processor, &record).await? else {
                 driver.done(record);
                 continue;
             };
@@ -205,7 +205,7 @@ pub async fn run<P: Processor>(
             // this record's step among it, commits first.
             driver.end_batch(processor).await?;
             driver.flush().await?;
-            driver.report(processor, false).await?;
+            driver.report(processor, Report::IfPublished).await?;
             let outcome = tokio::select! {
                 outcome = processor.act(&action) => outcome,
                 () = &mut shutdown => {
@@ -216,12 +216,12 @@ pub async fn run<P: Processor>(
             let mut step = Step::new(&record, store.as_deref(), None);
             processor.finish(action, outcome, &mut step)?;
             let staged = step.into_staged();
-            driver.stage(&record, staged, true).await?;
+            driver.stage(&record, staged, Offset::Consumed).await?;
             driver.done(record);
         }
         driver.end_batch(processor).await?;
         driver.flush().await?;
-        driver.report(processor, false).await?;
+        driver.report(processor, Report::IfPublished).await?;
     }
     driver.end_batch(processor).await?;
     driver.flush().await?;
@@ -254,17 +254,32 @@ struct Driver<'a> {
     done: Vec<InboundRecord>,
 }
 
+/// When the processor hears where its outputs landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Report {
+    /// Even when nothing was published (after a tick).
+    Always,
+    IfPublished,
+}
+
+/// Whether a staged step carries its record's consumed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offset {
+    Consumed,
+    /// The record asked for an action: the step that finishes it carries
+    /// the offset.
+    LeftForAction,
+}
+
 impl Driver<'_> {
     /// Tells the processor where its outputs landed and sends what it asks
     /// for in return, until it asks for nothing more.
-    /// With `always`, the processor hears of it even when nothing was
-    /// published (ticks).
     async fn report<P: Processor>(
         &mut self,
         processor: &mut P,
-        always: bool,
+        when: Report,
     ) -> Result<(), P::Error> {
-        let mut first = always;
+        let mut first = when == Report::Always;
         while first || !self.published.is_empty() {
             first = false;
             let outgoing = processor.published(&self.published, self.store)?;
@@ -333,7 +348,6 @@ impl Driver<'_> {
         &mut self,
         processor: &mut P,
         record: &InboundRecord,
-        consumed: bool,
     ) -> Result<Option<P::Action>, P::Error> {
         let mut step = Step::new(record, self.store, Some(&self.pending));
         let decoded = match self.consumer.oversized(record) {
@@ -350,23 +364,24 @@ impl Driver<'_> {
         let staged = step.into_staged();
         match applied {
             Applied::Done => {
-                self.stage(record, staged, consumed).await?;
+                self.stage(record, staged, Offset::Consumed).await?;
                 Ok(None)
             }
             Applied::Act(action) => {
-                self.stage(record, staged, false).await?;
+                self.stage(record, staged, Offset::LeftForAction).await?;
                 Ok(Some(action))
             }
         }
     }
 
-    /// Adds a step (with the consumed offset when `consumed`) to the
-    /// batch. Without a store its outputs are published at once.
+    /// Adds a step, and with [`Offset::Consumed`] the record's consumed
+    /// offset, to the batch. Without a store its outputs are published at
+    /// once.
     async fn stage(
         &mut self,
         record: &InboundRecord,
         staged: Staged,
-        consumed: bool,
+        offset: Offset,
     ) -> Result<(), RuntimeError> {
         let dead_letter = match &staged.dead_letter {
             Some(reason) => Some(encode_dead_letter(
@@ -400,7 +415,7 @@ impl Driver<'_> {
             return Ok(());
         }
         self.pending.append(staged.commit);
-        if consumed {
+        if offset == Offset::Consumed {
             self.pending
                 .consumed(&record.topic, record.partition, record.offset + 1);
         }

@@ -107,7 +107,7 @@ impl Backend {
             Backend::Slurm(_)
                 if command.rendezvous.is_some() || command.action == CommandAction::Pause =>
             {
-                Part::None
+                Part::Skip
             }
             _ => Part::Answer,
         }
@@ -215,8 +215,8 @@ mod tests {
             snapshots: None,
         };
         for (action, rendezvous, part) in [
-            (CommandAction::Reconfigure, true, Part::None),
-            (CommandAction::Pause, false, Part::None),
+            (CommandAction::Reconfigure, true, Part::Skip),
+            (CommandAction::Pause, false, Part::Skip),
             (CommandAction::IsolateNode, false, Part::Answer),
             (CommandAction::ReturnNode, false, Part::Answer),
             (CommandAction::Restart, false, Part::Answer),
