@@ -61,6 +61,8 @@ async fn every_record_type_crosses_the_embedded_broker_intact() {
     produce_and_consume(&broker, "t.commands", both(common::command)).await;
     produce_and_consume(&broker, "t.results", both(common::result)).await;
     produce_and_consume(&broker, "t.dlq", both(common::dead_letter)).await;
+    produce_and_consume(&broker, "t.checkpoints", both(common::checkpoint)).await;
+    produce_and_consume(&broker, "t.rounds", both(common::round)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
