@@ -28,13 +28,10 @@ pub struct EvaluateArgs {
     pub out: Option<PathBuf>,
 }
 
-/// The rate sweep `--scenario rates` runs, in order.
-const RATES: [&str; 5] = ["rate-0.25x", "rate-0.5x", "paper", "rate-2x", "rate-4x"];
-
 pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     let scenarios = evaluate::scenarios();
     let names: Vec<&str> = if args.scenario == "rates" {
-        RATES.to_vec()
+        evaluate::RATE_SWEEP.to_vec()
     } else {
         vec![args.scenario.as_str()]
     };
@@ -76,7 +73,7 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
         println!("{}", tables(evaluation));
     }
     if args.scenario == "rates" {
-        print!("{}", rates_table(&evaluations));
+        print!("{}", evaluate::ratio_table(&evaluations));
     }
     if let Some(path) = &args.json {
         std::fs::write(path, json(&evaluations)? + "\n")
@@ -85,7 +82,7 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.out {
         for evaluation in &evaluations {
             let section = format!(
-                "{}\n![accumulated WAF over time, scenario {name}, seed 1]({plot})\n\nProduced by `unicron evaluate --scenario {name} --seeds {} --out {}`.",
+                "{}\n![useful work done over time, scenario {name}, seed 1]({plot})\n\nProduced by `unicron evaluate --scenario {name} --seeds {} --out {}`.",
                 tables(evaluation),
                 args.seeds,
                 dir.display(),
@@ -98,7 +95,7 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
         if args.scenario == "rates" {
             let section = format!(
                 "{}\n![unicron's WAF over each baseline's against the failure rate]({})\n\nProduced by `unicron evaluate --scenario rates --seeds {} --out {}`.",
-                rates_table(&evaluations),
+                evaluate::ratio_table(&evaluations),
                 plot_name("rates"),
                 args.seeds,
                 dir.display()
@@ -122,40 +119,6 @@ fn tables(e: &Evaluation) -> String {
         evaluate::table(e),
         evaluate::downtime_table(e)
     )
-}
-
-/// unicron's WAF over each baseline's at every rate of the sweep.
-fn rates_table(evaluations: &[Evaluation]) -> String {
-    use std::fmt::Write;
-    let Some(first) = evaluations.first() else {
-        return String::new();
-    };
-    let baselines: Vec<&str> = evaluate::policies(&first.scenario)
-        .iter()
-        .map(|p| p.name)
-        .filter(|n| *n != "unicron" && first.policies.contains_key(*n))
-        .collect();
-    let mut out = String::from("| failure rate |");
-    for b in &baselines {
-        let _ = write!(out, " vs {b} |");
-    }
-    let _ = writeln!(out, "\n|---:|{}", "---:|".repeat(baselines.len()));
-    for e in evaluations {
-        let _ = write!(out, "| {}x |", e.scenario.rate);
-        for b in &baselines {
-            let u = &e.policies["unicron"];
-            match (u.ratio.get(*b), u.ratio_range.get(*b)) {
-                (Some(x), Some((lo, hi))) => {
-                    let _ = write!(out, " {x:.2}x ({lo:.2}-{hi:.2}) |");
-                }
-                _ => {
-                    let _ = write!(out, " — |");
-                }
-            }
-        }
-        let _ = writeln!(out);
-    }
-    out
 }
 
 /// `[{"scenario": ..., "policies": {"unicron": {"waf_fraction": ...}, ...}}, ...]`.

@@ -772,6 +772,50 @@ pub fn svg(e: &Evaluation) -> String {
     out
 }
 
+/// The scenarios `unicron evaluate --scenario rates` runs: the paper
+/// setting at every failure rate, lowest first.
+pub const RATE_SWEEP: [&str; 5] = ["rate-0.25x", "rate-0.5x", "paper", "rate-2x", "rate-4x"];
+
+/// The policies `e` ran other than unicron, in the order of [`policies`].
+fn baselines(e: &Evaluation) -> Vec<&'static str> {
+    policies(&e.scenario)
+        .iter()
+        .map(|p| p.name)
+        .filter(|n| *n != "unicron" && e.policies.contains_key(*n))
+        .collect()
+}
+
+/// unicron's WAF over each baseline's at every rate of a sweep, with the
+/// range over seeds (Markdown).
+pub fn ratio_table(evaluations: &[Evaluation]) -> String {
+    use std::fmt::Write;
+    let Some(first) = evaluations.first() else {
+        return String::new();
+    };
+    let names = baselines(first);
+    let mut out = String::from("| failure rate |");
+    for b in &names {
+        let _ = write!(out, " vs {b} |");
+    }
+    let _ = writeln!(out, "\n|---:|{}", "---:|".repeat(names.len()));
+    for e in evaluations {
+        let _ = write!(out, "| {}x |", e.scenario.rate);
+        let u = e.policies.get("unicron");
+        for b in &names {
+            match u.and_then(|u| Some((u.ratio.get(*b)?, u.ratio_range.get(*b)?))) {
+                Some((x, (lo, hi))) => {
+                    let _ = write!(out, " {x:.2}x ({lo:.2}-{hi:.2}) |");
+                }
+                None => {
+                    let _ = write!(out, " — |");
+                }
+            }
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
+
 /// An SVG chart of unicron's WAF over each baseline's against the failure
 /// rate, one line per baseline, from evaluations of one setting at several
 /// rates (mean over seeds, the range over seeds as a bar).
@@ -816,12 +860,7 @@ pub fn ratio_svg(evaluations: &[Evaluation]) -> String {
         out.push_str("</svg>\n");
         return out;
     };
-    let baselines: Vec<&'static str> = policies(&first.scenario)
-        .iter()
-        .map(|p| p.name)
-        .filter(|n| *n != "unicron")
-        .collect();
-    for (i, name) in baselines.iter().enumerate() {
+    for (i, name) in baselines(first).iter().enumerate() {
         let mut points = Vec::new();
         for e in evaluations {
             let Some(u) = e.policies.get("unicron") else {
@@ -939,6 +978,9 @@ mod tests {
         assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() == e.policies.len());
         let ratios = ratio_svg(std::slice::from_ref(&e));
         assert!(ratios.contains("vs checkpoint-restart"), "{ratios}");
+        let sweep = ratio_table(std::slice::from_ref(&e));
+        assert!(sweep.contains("| 2x | "), "{sweep}");
+        assert!(!sweep.contains("vs bamboo"), "not run: {sweep}");
     }
 
     #[test]

@@ -230,8 +230,7 @@ pub fn draw_trace(
     let (mean_ms, end_ms) = (mean_interval_s * 1000.0, (duration_s * 1000.0) as i64);
     let mut at_ms = 0_i64;
     loop {
-        let u: f64 = rng.random();
-        at_ms += ((-(1.0 - u).ln() * mean_ms) as i64).max(1);
+        at_ms += exponential_ms(&mut rng, mean_ms).max(1);
         if at_ms >= end_ms {
             return out;
         }
@@ -242,6 +241,14 @@ pub fn draw_trace(
             kind: pick(rng.random()),
         });
     }
+}
+
+/// A sample of an exponential distribution of mean `mean_ms`, ms: the time
+/// to the next of Poisson arrivals.
+pub(crate) fn exponential_ms(rng: &mut rand_chacha::ChaCha8Rng, mean_ms: f64) -> i64 {
+    use rand::Rng;
+    let u: f64 = rng.random();
+    (-(1.0 - u).ln() * mean_ms) as i64
 }
 
 /// A trace as the CSV [`parse_trace`] reads.

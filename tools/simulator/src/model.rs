@@ -204,7 +204,7 @@ impl Sim {
                     next_heartbeat: config.start_ms + offset,
                     next_telemetry: config.start_ms + offset,
                     next_noise: config.start_ms
-                        + exponential(&mut rng, config.noise_interval_s * 1000.0),
+                        + faults::exponential_ms(&mut rng, config.noise_interval_s * 1000.0),
                 },
             );
         }
@@ -984,7 +984,7 @@ impl Sim {
                 }));
             }
             if node.next_noise <= now {
-                node.next_noise += exponential(&mut self.rng, noise_ms).max(TICK_MS);
+                node.next_noise += faults::exponential_ms(&mut self.rng, noise_ms).max(TICK_MS);
                 let line = faults::NOISE[self.rng.random_range(0..faults::NOISE.len())];
                 out.push(Emission::Log(LogRecord {
                     cluster: cluster.clone(),
@@ -1368,18 +1368,12 @@ pub fn tick_at_or_after(start_ms: i64, t_ms: i64) -> i64 {
     start_ms - (start_ms - t_ms).div_euclid(TICK_MS) * TICK_MS
 }
 
-/// A sample of an exponential distribution with this mean, ms.
-/// The time to the next random failure.
+/// The time to the next random failure, ms.
 fn interval(rng: &mut ChaCha8Rng, arrivals: Arrivals, mean_ms: f64) -> i64 {
     match arrivals {
-        Arrivals::Poisson => exponential(rng, mean_ms),
+        Arrivals::Poisson => faults::exponential_ms(rng, mean_ms),
         Arrivals::Demo => (rng.random_range(0.5..1.5) * mean_ms) as i64,
     }
-}
-
-fn exponential(rng: &mut ChaCha8Rng, mean_ms: f64) -> i64 {
-    let u: f64 = rng.random();
-    (-(1.0 - u).ln() * mean_ms) as i64
 }
 
 /// Jobs sized to fill the cluster: each gets the nodes of one replica,
