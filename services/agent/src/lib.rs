@@ -25,8 +25,9 @@ use std::time::Duration;
 
 use tokio::sync::Mutex;
 use unicron_bus::{KafkaConfig, Producer, Subscription, Topic};
-use unicron_executor::{CommandProcessor, ExecutorSettings};
-use unicron_runtime::{Durability, RuntimeOptions, StartFrom};
+use unicron_executor::CommandProcessor;
+use unicron_runtime::{Durability, RuntimeError, RuntimeOptions, StartFrom};
+use unicron_store::{Store, StoreOptions};
 
 pub use error::AgentError;
 pub use progress::ProgressPatterns;
@@ -50,14 +51,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AgentError> {
     settings.validate()?;
-    let gate = ExecutorSettings {
-        cluster: settings.cluster.clone(),
-        public_keys: settings.public_keys.clone(),
-        command_ttl_s: settings.command_ttl_s,
-        ..ExecutorSettings::default()
-    }
-    .gate()
-    .map_err(|e| AgentError::Config(e.to_string().replace("executor.", "agent.")))?;
+    let gate = unicron_executor::gate(
+        "agent",
+        &settings.cluster,
+        &settings.public_keys,
+        settings.command_ttl_s,
+    )
+    .map_err(|e| AgentError::Config(e.to_string()))?;
     let settings = Arc::new(settings);
     let started_ms = now_ms();
 
@@ -102,19 +102,22 @@ pub async fn run(
         supervisor.clone(),
     ));
 
-    let options = RuntimeOptions {
-        service: SERVICE,
-        group_id: settings.group(),
-        subscriptions: vec![Subscription::Topic(Topic::Commands)],
-        durability: Durability::Store {
-            state_dir: settings.state_dir.clone(),
-            sync: false,
-            start: StartFrom::StoredOffsets,
-        },
-    };
+    let store = Arc::new(
+        Store::open(&settings.state_dir, StoreOptions { sync: false })
+            .map_err(RuntimeError::from)?,
+    );
     let carrier = AgentCarrier::new(settings.clone(), supervisor.clone(), started_ms);
     let name = format!("agent/{}", settings.node);
-    let mut processor = CommandProcessor::new(kafka, gate, carrier, &name);
+    let mut processor = CommandProcessor::new(gate, carrier, &name, &store)?;
+    let options = RuntimeOptions::new(
+        SERVICE,
+        settings.group(),
+        vec![Subscription::Topic(Topic::Commands)],
+        Durability::Store {
+            store,
+            start: StartFrom::StoredOffsets,
+        },
+    );
     tracing::info!(cluster = %settings.cluster, node = %settings.node, jobs = settings.jobs.len(), observe_only = settings.observe_only, "agent starting");
     // Under Slurm the agent is a job step: it ends with its job, so the
     // allocation is given back.

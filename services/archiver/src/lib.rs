@@ -4,8 +4,10 @@
 //! committed only up to the end of a closed file, so a crash never loses an
 //! archived range and never leaves a gap. Operator docs: `docs/archive.md`.
 
+mod error;
 mod service;
 mod settings;
 
-pub use service::{ArchiverError, run};
+pub use error::ArchiverError;
+pub use service::run;
 pub use settings::ArchiverSettings;

@@ -1,22 +1,26 @@
-//! The archiver's consume → append → roll → commit loop.
+//! The archiver on the runtime: each record appended to its partition's
+//! file, files rolled by size and age, offsets settled by the files.
 //!
-//! Offsets: a record's offset is stored for commit only once it is in a
-//! closed (renamed, fsynced) file, or was dead-lettered with nothing of its
-//! partition still open (the writer's `Settled`). A crash therefore loses
-//! only `.part` files, whose records come again from the committed offset;
-//! records that come again although their file was closed (the commit was
-//! lost) are recognised by offset and not archived twice.
+//! Offsets ([`Durability::Elsewhere`]): a record's offset is committed only
+//! once it is in a closed (renamed, fsynced) file, or was dead-lettered
+//! with nothing of its partition still open (the writer's `Settled`). A
+//! crash therefore loses only `.part` files, whose records come again from
+//! the committed offset; records that come again although their file was
+//! closed (the commit was lost) are recognised by offset and not archived
+//! twice.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use unicron_bus::archive::{Appended, ArchiveError, ArchiveWriter, ClosedFile, Settled};
-use unicron_bus::consumer::InboundRecord;
-use unicron_bus::dlq::DeadLetterSink;
+use unicron_bus::archive::{Appended, ArchiveError, ArchiveWriter, ClosedFile};
 use unicron_bus::schemas::RecordType;
-use unicron_bus::{BusError, Consumer, KafkaConfig, Producer};
+use unicron_bus::{DecodeError, InboundRecord, KafkaConfig, Subscription};
+use unicron_runtime::{
+    Applied, Durability, Never, OnStop, Processor, Reading, RuntimeOptions, Settled, Step,
+};
 
+use crate::error::ArchiverError;
 use crate::settings::ArchiverSettings;
 
 const SERVICE: &str = "archiver";
@@ -30,22 +34,10 @@ const RECORDS: &str = "unicron_archiver_records_total";
 const FILES: &str = "unicron_archiver_files_total";
 const BYTES: &str = "unicron_archiver_bytes_total";
 
-/// Errors that stop the archiver. Bad records never do: they are
-/// dead-lettered.
-#[derive(Debug, thiserror::Error)]
-pub enum ArchiverError {
-    #[error("{0}")]
-    Config(String),
-    #[error(transparent)]
-    Bus(#[from] BusError),
-    #[error("archive: {0}")]
-    Archive(#[from] ArchiveError),
-}
-
 /// Runs the archiver until `shutdown` completes or an unrecoverable error.
-/// On shutdown it takes each assigned partition's high watermark, reads
-/// up to it (the records published just before the stop are archived, not
-/// left to chance), then closes every open file and commits its offsets.
+/// On shutdown it reads each held partition up to the end it has then
+/// (the records published just before the stop are archived, not left to
+/// chance), closes every open file and commits its offsets.
 pub async fn run(
     kafka: &KafkaConfig,
     brokers: &str,
@@ -53,128 +45,116 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ArchiverError> {
     settings.validate()?;
-    describe_metrics();
-    unicron_bus::metrics::register(SERVICE);
     let topics = settings.topics(kafka);
-    let mut writer = ArchiveWriter::open(&settings.dir, settings.writer_options(kafka))?;
+    let writer = ArchiveWriter::open(&settings.dir, settings.writer_options(kafka))?;
     for path in writer.removed_partial() {
         tracing::info!(path = %path.display(), "removed an unfinished file: its records are read again");
     }
-    let producer = Producer::new(kafka, brokers)?;
-    let dlq = DeadLetterSink::new(
-        producer,
-        unicron_bus::Topics::new(kafka)
-            .name(unicron_bus::Topic::Dlq)
-            .to_string(),
+    let subscriptions = topics
+        .keys()
+        .map(|name| Subscription::External {
+            name: name.clone(),
+            optional: false,
+        })
+        .collect();
+    let mut options = RuntimeOptions::new(
         SERVICE,
-        kafka.dlq_payload_bytes,
+        &settings.group_id,
+        subscriptions,
+        Durability::Elsewhere,
     );
-    let consumer = Consumer::new(kafka, brokers, &settings.group_id)?;
-    let names: Vec<&str> = topics.keys().map(String::as_str).collect();
-    consumer.subscribe(&names)?;
-    tracing::info!(dir = %settings.dir.display(), group = %settings.group_id, topics = names.len(), "archiver running");
-
-    let mut ticker = tokio::time::interval(ROLL_CHECK);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Ready while this loop runs; not ready once it ends, however it ends.
-    let _ready = unicron_bus::metrics::ReadyGuard::new(SERVICE);
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            record = consumer.recv() => {
-                let record = record?;
-                archive(&mut writer, &topics, &dlq, &record).await?;
-            }
-            _ = ticker.tick() => {
-                let closed = writer.roll_due(Instant::now())?;
-                count(&closed);
-            }
-            () = &mut shutdown => break,
-        }
-        store(&consumer, writer.take_settled());
-    }
-    read_to_the_end(&consumer, &mut writer, &topics, &dlq).await?;
-    let closed = writer.close_all()?;
-    count(&closed);
-    store(&consumer, writer.take_settled());
-    consumer.commit_now()?;
-    tracing::info!(files = closed.len(), "archiver stopped");
+    options.on_stop = OnStop::ReadToEnd { limit: TAIL_LIMIT };
+    tracing::info!(dir = %settings.dir.display(), group = %settings.group_id, topics = topics.len(), "archiver running");
+    let mut archiver = Archiver { writer, topics };
+    unicron_runtime::run(kafka, brokers, &options, &mut archiver, shutdown).await?;
     Ok(())
 }
 
-/// Reads every assigned partition up to the high watermark it has now.
-async fn read_to_the_end(
-    consumer: &Consumer,
-    writer: &mut ArchiveWriter,
-    topics: &BTreeMap<String, RecordType>,
-    dlq: &DeadLetterSink,
-) -> Result<(), ArchiverError> {
-    let mut ends = consumer.unread_ends(Duration::from_secs(5))?;
-    let unread = ends.len();
-    let deadline = tokio::time::Instant::now() + TAIL_LIMIT;
-    while !ends.is_empty() {
-        let record = match tokio::time::timeout_at(deadline, consumer.recv()).await {
-            Ok(record) => record?,
-            Err(_) => {
-                tracing::warn!(
-                    partitions = ends.len(),
-                    "stopping before the end of some partitions: the broker did not deliver them in time"
-                );
-                break;
+/// Appends records to the archive; its files say which offsets are settled.
+struct Archiver {
+    writer: ArchiveWriter,
+    /// Full topic name → the record type its files hold.
+    topics: BTreeMap<String, RecordType>,
+}
+
+impl Processor for Archiver {
+    type Input = RecordType;
+    type Action = Never;
+    type Error = ArchiverError;
+
+    /// A record of a topic not archived (not subscribed) is left alone.
+    fn wants(&self, record: &InboundRecord) -> bool {
+        self.topics.contains_key(&record.topic)
+    }
+
+    /// The record is decoded as it is appended (the writer checks it
+    /// against its file's schema); here only its type is looked up.
+    fn decode(&self, record: &InboundRecord) -> Result<RecordType, DecodeError> {
+        self.topics
+            .get(&record.topic)
+            .copied()
+            .ok_or_else(|| DecodeError::Invalid {
+                record: "record",
+                reason: format!("topic {} is not archived", record.topic),
+            })
+    }
+
+    fn apply(
+        &mut self,
+        record_type: RecordType,
+        step: &mut Step<'_>,
+    ) -> Result<Applied<Never>, ArchiverError> {
+        let record = step.record();
+        match self.writer.append(record, record_type) {
+            Ok(Appended::Rolled(closed)) => count(&[closed]),
+            Ok(_) => {}
+            Err(ArchiveError::Undecodable { error, .. }) => {
+                // Settled only once the runtime sent the dead letter: it
+                // asks for settled offsets after the step is staged.
+                step.dead_letter(error.to_string());
+                self.writer.dead_lettered(record);
             }
-        };
-        archive(writer, topics, dlq, &record).await?;
-        store(consumer, writer.take_settled());
-        let key = (record.topic.clone(), record.partition);
-        if ends.get(&key).is_some_and(|end| record.offset + 1 >= *end) {
-            ends.remove(&key);
+            Err(e) => return Err(e.into()),
         }
+        Ok(Applied::Done)
     }
-    tracing::info!(partitions = unread, "read to the end before stopping");
-    Ok(())
-}
 
-/// Appends `record` to its file, or dead-letters it.
-async fn archive(
-    writer: &mut ArchiveWriter,
-    topics: &BTreeMap<String, RecordType>,
-    dlq: &DeadLetterSink,
-    record: &InboundRecord,
-) -> Result<(), ArchiverError> {
-    let Some(&record_type) = topics.get(&record.topic) else {
-        // Not subscribed; nothing to archive it as.
-        tracing::warn!(topic = %record.topic, "record of a topic not archived");
-        return Ok(());
-    };
-    match writer.append(record, record_type) {
-        Ok(Appended::Rolled(closed)) => count(&[closed]),
-        Ok(_) => {}
-        Err(ArchiveError::Undecodable { error, .. }) => {
-            dlq.send(record, &error).await?;
-            writer.dead_lettered(record);
-        }
-        Err(e) => return Err(e.into()),
+    fn describe_metrics(&self) {
+        describe_metrics();
     }
-    Ok(())
-}
 
-/// Stores the settled offsets for the next commit. A partition revoked in
-/// a rebalance no longer accepts them: its new owner reads those records
-/// again, which duplicates, never loses, and is only a warning.
-fn store(consumer: &Consumer, settled: Vec<Settled>) {
-    for s in settled {
-        let through = InboundRecord {
-            topic: s.topic,
-            partition: s.partition,
-            offset: s.through,
-            key: None,
-            payload: Vec::new(),
-            timestamp_ms: None,
-            caught_up: false,
-        };
-        if let Err(e) = consumer.mark_done(&through) {
-            tracing::warn!(topic = %through.topic, partition = through.partition, offset = through.offset, error = %e, "cannot store the offset");
-        }
+    fn tick_every(&self) -> Option<Duration> {
+        Some(ROLL_CHECK)
+    }
+
+    /// Closes the files that are old enough.
+    fn tick(&mut self, _: &Reading<'_>) -> Result<(), ArchiverError> {
+        count(&self.writer.roll_due(Instant::now())?);
+        Ok(())
+    }
+
+    fn dead_lettered(&mut self, record: &InboundRecord) {
+        self.writer.dead_lettered(record);
+    }
+
+    fn settled(&mut self) -> Vec<Settled> {
+        self.writer
+            .take_settled()
+            .into_iter()
+            .map(|s| Settled {
+                topic: s.topic,
+                partition: s.partition,
+                through: s.through,
+            })
+            .collect()
+    }
+
+    /// Closes every open file, so its offsets settle before the last commit.
+    fn stopping(&mut self) -> Result<(), ArchiverError> {
+        let closed = self.writer.close_all()?;
+        count(&closed);
+        tracing::info!(files = closed.len(), "archiver stopped");
+        Ok(())
     }
 }
 

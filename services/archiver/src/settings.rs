@@ -7,7 +7,7 @@ use unicron_bus::archive::{DEFAULT_MAX_FILE_AGE, DEFAULT_MAX_FILE_BYTES, WriterO
 use unicron_bus::schemas::RecordType;
 use unicron_bus::{KafkaConfig, Topology};
 
-use crate::service::ArchiverError;
+use crate::error::ArchiverError;
 
 /// Smallest `max_file_bytes`: every file starts with its schema, a few KiB.
 const MIN_FILE_BYTES: u64 = 1024;

@@ -1,5 +1,5 @@
-//! The consumer every service reads with: a consumer group, offsets stored
-//! only after a record is handled, and bad records routed to the DLQ.
+//! The consumer every service reads with: a consumer group whose offsets
+//! are stored only once a record is handled.
 
 use dashmap::DashMap;
 use rdkafka::consumer::{Consumer as _, ConsumerContext, DefaultConsumerContext, StreamConsumer};
@@ -10,7 +10,6 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::codec::DecodeError;
 use crate::config::KafkaConfig;
-use crate::dlq::DeadLetterSink;
 use crate::error::BusError;
 use crate::metrics::{CONSUMER_LAG, RECORDS_IN};
 use crate::watermark_cache::cached_high_watermark;
@@ -235,38 +234,14 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         cached_high_watermark(self.inner.client(), topic, partition)
     }
 
-    /// The next record that `decode` accepts. Oversized records and records
-    /// `decode` rejects go to `dlq` with the reason and are marked done;
-    /// the loop goes on to the next record.
-    pub async fn recv_valid<T>(
-        &self,
-        dlq: &DeadLetterSink,
-        mut decode: impl FnMut(&InboundRecord) -> Result<T, DecodeError>,
-    ) -> Result<(InboundRecord, T), BusError> {
-        loop {
-            let record = self.recv().await?;
-            let decoded = match self.oversized(&record) {
-                Some(error) => Err(error),
-                None => decode(&record),
-            };
-            match decoded {
-                Ok(value) => return Ok((record, value)),
-                Err(error) => {
-                    dlq.send(&record, &error).await?;
-                    self.mark_done(&record)?;
-                }
-            }
-        }
-    }
-
-    /// Marks `record` handled: the offset after it is committed with the
-    /// next commit, and a restarted member resumes there.
-    pub fn mark_done(&self, record: &InboundRecord) -> Result<(), BusError> {
+    /// Marks the partition's records through `offset` handled: the offset
+    /// after it is committed with the next commit, and a restarted member
+    /// resumes there.
+    pub fn mark_done(&self, topic: &str, partition: i32, offset: i64) -> Result<(), BusError> {
         // rdkafka's `store_offset` calls librdkafka's `rd_kafka_offset_store`,
         // which stores `offset + 1` itself ("Store offset offset + 1",
         // rdkafka.h): given the record's own offset, the next one is stored.
-        self.inner
-            .store_offset(&record.topic, record.partition, record.offset)?;
+        self.inner.store_offset(topic, partition, offset)?;
         Ok(())
     }
 

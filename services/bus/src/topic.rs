@@ -4,7 +4,7 @@
 //! ours or a site's own topic named in configuration.
 
 use crate::config::KafkaConfig;
-use crate::schemas::RecordType;
+use crate::schemas::{AvroRecord, RecordType};
 
 /// A topic of the topology (`topology/topics.toml`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -71,6 +71,24 @@ impl Topic {
         }
     }
 
+    /// The topic that carries `record`: each record type has exactly one,
+    /// so a record's type names its topic ([`Topics::of`]).
+    pub fn carrying(record: RecordType) -> Topic {
+        match record {
+            RecordType::TelemetryBatch => Topic::Telemetry,
+            RecordType::LogRecord => Topic::Logs,
+            RecordType::AgentEvent => Topic::Agent,
+            RecordType::FailureEvent => Topic::Failures,
+            RecordType::ClusterEvent => Topic::Cluster,
+            RecordType::Decision => Topic::Decisions,
+            RecordType::Command => Topic::Commands,
+            RecordType::CommandResult => Topic::CommandResults,
+            RecordType::DeadLetter => Topic::Dlq,
+            RecordType::PlannerCheckpoint => Topic::PlannerCheckpoints,
+            RecordType::DetectorRound => Topic::DetectorRounds,
+        }
+    }
+
     fn index(self) -> usize {
         Topic::ALL
             .iter()
@@ -95,6 +113,11 @@ impl Topics {
     /// The full name of `topic`.
     pub fn name(&self, topic: Topic) -> &str {
         &self.names[topic.index()]
+    }
+
+    /// The full name of the topic records of type `T` go to.
+    pub fn of<T: AvroRecord>(&self) -> &str {
+        self.name(Topic::carrying(T::RECORD))
     }
 
     /// Which of ours a full topic name is.
@@ -148,6 +171,22 @@ fn regex_escape(topic: &str) -> String {
 mod tests {
     use super::*;
     use crate::topology::Topology;
+
+    #[test]
+    fn each_record_type_names_the_one_topic_that_carries_it() {
+        for topic in Topic::ALL {
+            assert_eq!(Topic::carrying(topic.record()), topic);
+        }
+        let topics = Topics::new(&KafkaConfig::default());
+        assert_eq!(
+            topics.of::<unicron_core::FailureEvent>(),
+            "unicron.failures"
+        );
+        assert_eq!(
+            topics.of::<unicron_core::CommandResult>(),
+            "unicron.command-results"
+        );
+    }
 
     #[test]
     fn every_topic_is_in_the_topology_with_its_record_type() {

@@ -6,10 +6,9 @@ mod common;
 use std::time::Duration;
 
 use unicron_bus::admin::{TopicStatus, ensure_topics};
-use unicron_bus::dlq::DeadLetterSink;
 use unicron_bus::schemas::AvroRecord;
 use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
-use unicron_core::{DeadLetter, LogRecord};
+use unicron_core::LogRecord;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -63,71 +62,6 @@ async fn every_record_type_crosses_the_embedded_broker_intact() {
     produce_and_consume(&broker, "t.dlq", both(common::dead_letter)).await;
     produce_and_consume(&broker, "t.checkpoints", both(common::checkpoint)).await;
     produce_and_consume(&broker, "t.rounds", both(common::round)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn garbage_goes_to_the_dlq_and_the_next_record_is_processed() {
-    let broker = EmbeddedBroker::start(1).unwrap();
-    let mut config = config();
-    config.max_record_bytes = 4096;
-    let (logs, dlq_topic) = ("unicron.logs", "unicron.dlq");
-    broker.create_topic(logs, 1).unwrap();
-    broker.create_topic(dlq_topic, 1).unwrap();
-    let producer = Producer::new(&config, broker.bootstrap_servers()).unwrap();
-    let codec = AvroCodec::<LogRecord>::default();
-
-    // garbage, an oversized record, then a valid one
-    producer
-        .send_bytes(logs, b"node-3", &[0xde, 0xad, 0xbe, 0xef, 0x01])
-        .await
-        .unwrap();
-    producer
-        .send_bytes(logs, b"node-3", &vec![b'x'; 5000])
-        .await
-        .unwrap();
-    let valid = common::log(true);
-    producer.send(logs, "node-3", &valid, &codec).await.unwrap();
-
-    let consumer = Consumer::new(&config, broker.bootstrap_servers(), "detector").unwrap();
-    consumer.subscribe(&[logs]).unwrap();
-    let dlq = DeadLetterSink::new(producer.clone(), dlq_topic.to_string(), "detector", 1024);
-    let (record, decoded) = tokio::time::timeout(
-        WAIT,
-        consumer.recv_valid(&dlq, |r| codec.decode(&r.payload)),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(decoded, valid);
-    assert_eq!(record.offset, 2);
-
-    let letters = Consumer::new(&config, broker.bootstrap_servers(), "operators").unwrap();
-    letters.assign(&[(dlq_topic, 0, None)]).unwrap();
-    let dlq_codec = AvroCodec::<DeadLetter>::default();
-    let mut seen = Vec::new();
-    for _ in 0..2 {
-        let r = tokio::time::timeout(WAIT, letters.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(r.key.as_deref(), Some(logs.as_bytes()));
-        seen.push(dlq_codec.decode(&r.payload).unwrap());
-    }
-    assert_eq!((seen[0].offset, seen[1].offset), (0, 1));
-    assert_eq!(seen[0].source_topic, logs);
-    assert_eq!(seen[0].payload, vec![0xde, 0xad, 0xbe, 0xef, 0x01]);
-    assert!(
-        seen[0].error.starts_with("avro LogRecord:"),
-        "{}",
-        seen[0].error
-    );
-    assert_eq!(seen[0].service, "detector");
-    assert_eq!(seen[1].payload_size, 5000);
-    assert_eq!(seen[1].payload.len(), 1024, "payload bounded");
-    assert_eq!(
-        seen[1].error,
-        "record of 5000 bytes exceeds the limit of 4096 bytes"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,7 +169,9 @@ async fn a_restarted_member_resumes_right_after_the_last_record_marked_done() {
                 .unwrap()
                 .unwrap();
             assert_eq!(record.offset, expected);
-            consumer.mark_done(&record).unwrap();
+            consumer
+                .mark_done(&record.topic, record.partition, record.offset)
+                .unwrap();
         }
         consumer.commit_now().unwrap();
     } // closing commits what is stored

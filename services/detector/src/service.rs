@@ -23,7 +23,7 @@ use unicron_core::{
 };
 use unicron_runtime::{
     Applied, BatchEnd, BusStatus, Durability, Never, Outgoing, Processor, Reading, RuntimeOptions,
-    Step, Store,
+    Step,
 };
 
 use crate::error::DetectorError;
@@ -90,12 +90,12 @@ pub async fn run(
         });
         decoders.insert(input.topic.clone(), Decoder::External(input.clone()));
     }
-    let options = RuntimeOptions {
-        service: SERVICE,
-        group_id: settings.group_id.clone(),
+    let options = RuntimeOptions::new(
+        SERVICE,
+        &settings.group_id,
         subscriptions,
-        durability: Durability::AtLeastOnce,
-    };
+        Durability::AtLeastOnce,
+    );
     tracing::info!(group = %settings.group_id, topics = ?options.subscriptions, rules = rules.len(), "detector starting");
     let mut processor = DetectorProcessor::new(
         Detector::new(settings.tuning.clone(), rules),
@@ -111,10 +111,8 @@ pub async fn run(
 struct DetectorProcessor {
     detector: Detector,
     decoders: BTreeMap<String, Decoder>,
-    failures_topic: String,
-    rounds_topic: String,
-    failure_codec: AvroCodec<FailureEvent>,
-    round_codec: AvroCodec<DetectorRound>,
+    /// Where rounds and failures go (by record type).
+    topics: Topics,
     outage: OutageHold,
     guard: LagGuard,
     idle: IdleTicks,
@@ -148,10 +146,7 @@ impl DetectorProcessor {
         DetectorProcessor {
             detector,
             decoders,
-            failures_topic: topics.name(Topic::Failures).to_string(),
-            rounds_topic: topics.name(Topic::DetectorRounds).to_string(),
-            failure_codec: AvroCodec::default(),
-            round_codec: AvroCodec::default(),
+            topics: topics.clone(),
             // Lost connections are counted from the runtime's start.
             outage: OutageHold::new(Duration::from_secs_f64(settings.outage_grace_s), 0),
             guard: LagGuard::new(settings.lag_guard_records, settings.lag_guard_s),
@@ -202,20 +197,20 @@ impl DetectorProcessor {
         round.failures = failures.iter().map(|f| f.id.clone()).collect();
         metrics::counter!("unicron_detector_rounds_total").increment(1);
         let mut end = BatchEnd::default();
-        end.groups.push(vec![Outgoing {
-            topic: self.rounds_topic.clone(),
-            partition: None,
-            key: round.detector.clone().into_bytes(),
-            payload: self.round_codec.encode(&round)?,
-        }]);
+        end.groups.push(vec![Outgoing::record(
+            &self.topics,
+            None,
+            round.detector.clone(),
+            &round,
+        )?]);
         let mut published = Vec::new();
         for failure in &failures {
-            published.push(Outgoing {
-                topic: self.failures_topic.clone(),
-                partition: None,
-                key: failure.cluster.clone().into_bytes(),
-                payload: self.failure_codec.encode(failure)?,
-            });
+            published.push(Outgoing::record(
+                &self.topics,
+                None,
+                failure.cluster.clone(),
+                failure,
+            )?);
             record_failure(failure, records.iter().find(|r| is_source(r, failure)));
         }
         if !published.is_empty() {
@@ -283,7 +278,6 @@ fn instance_name(group: &str) -> String {
 impl Processor for DetectorProcessor {
     type Input = formats::Decoded;
     type Action = Never;
-    type Outcome = Never;
     type Error = DetectorError;
 
     fn decode(&self, record: &InboundRecord) -> Result<formats::Decoded, DecodeError> {
@@ -344,14 +338,6 @@ impl Processor for DetectorProcessor {
         Ok(end)
     }
 
-    async fn act(&mut self, action: &Never) -> Never {
-        match *action {}
-    }
-
-    fn finish(&mut self, action: Never, _: Never, _: &mut Step<'_>) -> Result<(), DetectorError> {
-        match action {}
-    }
-
     fn describe_metrics(&self) {
         describe_metrics();
     }
@@ -362,11 +348,7 @@ impl Processor for DetectorProcessor {
     /// and left, a newly created input topic joining) keeps it: its held
     /// symptoms and timers came from records whose offsets are committed
     /// already, and forgetting them would lose failures.
-    async fn reassigned(
-        &mut self,
-        assigned: &[(String, i32)],
-        _store: Option<&Store>,
-    ) -> Result<(), DetectorError> {
+    async fn reassigned(&mut self, assigned: &[(String, i32)]) -> Result<(), DetectorError> {
         if assigned.is_empty() {
             return Ok(());
         }
@@ -401,7 +383,7 @@ impl Processor for DetectorProcessor {
 
     /// Notes partitions found read to their end, updates the lag guard and
     /// queues idle ticks: all go into the round the runtime ends next.
-    fn tick(&mut self, reading: &Reading<'_>) {
+    fn tick(&mut self, reading: &Reading<'_>) -> Result<(), DetectorError> {
         for (topic, partition) in self.detector.behind_partitions() {
             if reading.caught_up(&topic, partition) {
                 self.detector.mark_caught_up(&topic, partition);
@@ -417,11 +399,12 @@ impl Processor for DetectorProcessor {
         self.outage.update_time(reading.status.now);
         self.publish_hold();
         if self.outage.held() || self.guard.held() {
-            return;
+            return Ok(());
         }
         let ticks = self.idle.due(&self.detector, reading.status.now);
         metrics::counter!("unicron_detector_idle_ticks_total").increment(ticks.len() as u64);
         self.round.ticks.extend(ticks);
+        Ok(())
     }
 }
 
@@ -717,10 +700,7 @@ mod tests {
             "d".into(),
         );
         let agent = |p: i32| ("unicron.agent".to_string(), p);
-        processor
-            .reassigned(&[agent(0), agent(1)], None)
-            .await
-            .unwrap();
+        processor.reassigned(&[agent(0), agent(1)]).await.unwrap();
         let heartbeat = AgentEvent::new("c1", "n1", 1_767_225_600_000, AgentEventKind::Heartbeat);
         processor.detector.apply(&DetectorInput {
             source: Source {
@@ -737,19 +717,16 @@ mod tests {
             1,
             "a deadline is pending"
         );
-        processor
-            .reassigned(&[agent(0), agent(1)], None)
-            .await
-            .unwrap();
+        processor.reassigned(&[agent(0), agent(1)]).await.unwrap();
         assert_eq!(processor.detector.idle_candidates().len(), 1, "kept");
         // A topic created later (an optional input) joins: nothing is lost.
         let otlp = ("otlp_logs".to_string(), 0);
         processor
-            .reassigned(&[agent(0), agent(1), otlp.clone()], None)
+            .reassigned(&[agent(0), agent(1), otlp.clone()])
             .await
             .unwrap();
         assert_eq!(processor.detector.idle_candidates().len(), 1, "grown");
-        processor.reassigned(&[agent(0), otlp], None).await.unwrap();
+        processor.reassigned(&[agent(0), otlp]).await.unwrap();
         assert!(processor.detector.idle_candidates().is_empty(), "reset");
     }
 

@@ -16,5 +16,5 @@ pub use backend::{Backend, Done};
 pub use carrier::{Carrier, Part};
 pub use error::ExecutorError;
 pub use service::{CommandProcessor, run};
-pub use settings::{BackendSettings, ExecutorSettings};
+pub use settings::{BackendSettings, ExecutorSettings, gate};
 pub use unicron_core::executor::Outcome;

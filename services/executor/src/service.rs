@@ -15,14 +15,13 @@
 //! (`docs/executor.md`).
 
 use std::future::Future;
+use std::sync::Arc;
 
-use unicron_bus::{
-    AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic, Topics,
-};
+use unicron_bus::{AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic};
 use unicron_core::executor::{self, Backoff, Gate, Outcome, Rejection};
-use unicron_core::{Command, CommandResult, CommandStatus};
-use unicron_runtime::{Applied, Durability, Processor, RuntimeOptions, StartFrom, Step};
-use unicron_store::{Store, StoreError};
+use unicron_core::{Command, CommandStatus};
+use unicron_runtime::{Act, Applied, Durability, Processor, RuntimeOptions, StartFrom, Step};
+use unicron_store::{Store, StoreError, StoreOptions};
 
 use crate::backend::{Backend, Done};
 use crate::carrier::{Carrier, Part};
@@ -41,22 +40,28 @@ pub async fn run(
     settings: &ExecutorSettings,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ExecutorError> {
-    let ready = settings.prepare()?;
-    let options = RuntimeOptions {
-        service: SERVICE,
-        group_id: settings.group(),
-        subscriptions: vec![Subscription::Topic(Topic::Commands)],
-        durability: Durability::Store {
-            state_dir: settings.state_dir.clone(),
+    let gate = settings.checked_gate()?;
+    let backend = Backend::new(settings.backend.as_ref())?;
+    let store = Arc::new(Store::open(
+        &settings.state_dir,
+        StoreOptions {
             sync: settings.sync_writes,
-            start: StartFrom::GroupOffsets,
         },
-    };
+    )?);
     let carrier = BackendCarrier {
-        backend: ready.backend,
+        backend,
         backoff: settings.backoff,
     };
-    let mut processor = CommandProcessor::new(kafka, ready.gate, carrier, &settings.name);
+    let mut processor = CommandProcessor::new(gate, carrier, &settings.name, &store)?;
+    let options = RuntimeOptions::new(
+        SERVICE,
+        settings.group(),
+        vec![Subscription::Topic(Topic::Commands)],
+        Durability::Store {
+            store,
+            start: StartFrom::GroupOffsets,
+        },
+    );
     tracing::info!(cluster = %settings.cluster, group = %options.group_id, state_dir = %settings.state_dir.display(), "executor starting");
     unicron_runtime::run(kafka, brokers, &options, &mut processor, shutdown).await
 }
@@ -86,22 +91,30 @@ pub struct CommandProcessor<C> {
     gate: Gate,
     carrier: C,
     name: String,
-    results_topic: String,
     command_codec: AvroCodec<Command>,
-    result_codec: AvroCodec<CommandResult>,
 }
 
 impl<C: Carrier> CommandProcessor<C> {
-    /// A processor for `gate`'s cluster whose results name `name`.
-    pub fn new(kafka: &KafkaConfig, gate: Gate, carrier: C, name: &str) -> CommandProcessor<C> {
-        CommandProcessor {
+    /// A processor for `gate`'s cluster whose results name `name`; the
+    /// gate's expiry watermark resumes from `store`.
+    pub fn new(
+        mut gate: Gate,
+        carrier: C,
+        name: &str,
+        store: &Store,
+    ) -> Result<CommandProcessor<C>, ExecutorError> {
+        if let Some(bytes) = store.state(WATERMARK_KEY)? {
+            let bytes: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+                StoreError::Corrupt(format!("gate watermark of {} bytes", bytes.len()))
+            })?;
+            gate.restore_watermark(i64::from_be_bytes(bytes));
+        }
+        Ok(CommandProcessor {
             gate,
             carrier,
             name: name.to_string(),
-            results_topic: Topics::new(kafka).name(Topic::CommandResults).to_string(),
             command_codec: AvroCodec::default(),
-            result_codec: AvroCodec::default(),
-        }
+        })
     }
 
     pub fn carrier(&self) -> &C {
@@ -112,7 +125,6 @@ impl<C: Carrier> CommandProcessor<C> {
 impl<C: Carrier> Processor for CommandProcessor<C> {
     type Input = Command;
     type Action = Command;
-    type Outcome = Done;
     type Error = ExecutorError;
 
     /// The key routes; the signed `cluster` field authorises (checked by
@@ -123,17 +135,6 @@ impl<C: Carrier> Processor for CommandProcessor<C> {
 
     fn decode(&self, record: &InboundRecord) -> Result<Command, DecodeError> {
         self.command_codec.decode(&record.payload)
-    }
-
-    fn opened(&mut self, store: Option<&Store>) -> Result<(), ExecutorError> {
-        let store = store.expect("the executor runs with a store");
-        if let Some(bytes) = store.state(WATERMARK_KEY)? {
-            let bytes: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
-                StoreError::Corrupt(format!("gate watermark of {} bytes", bytes.len()))
-            })?;
-            self.gate.restore_watermark(i64::from_be_bytes(bytes));
-        }
-        Ok(())
     }
 
     /// Everything up to acting: a duplicate or rejected command is handled
@@ -195,27 +196,37 @@ impl<C: Carrier> Processor for CommandProcessor<C> {
         Ok(Applied::Act(command))
     }
 
-    async fn act(&mut self, command: &Command) -> Done {
-        self.carrier.act(command).await
+    fn describe_metrics(&self) {
+        describe_metrics();
+    }
+}
+
+/// A command that passed the gate, carried out by the carrier.
+impl<C: Carrier> Act<CommandProcessor<C>> for Command {
+    type Outcome = Done;
+
+    async fn act(&self, processor: &mut CommandProcessor<C>) -> Done {
+        processor.carrier.act(self).await
     }
 
     /// The carrier's answer, committed with the consumed offset.
     fn finish(
-        &mut self,
-        command: Command,
+        self,
         done: Done,
+        processor: &mut CommandProcessor<C>,
         step: &mut Step<'_>,
     ) -> Result<(), ExecutorError> {
+        let command = self;
         let status = match done.outcome {
             Outcome::Succeeded => CommandStatus::Succeeded,
             Outcome::Failed => CommandStatus::Failed,
         };
         tracing::info!(command = %command.id, action = command.action.symbol(), ?status, reason = ?done.reason, "acted");
         step.remember(dedupe::key(&command.id), Marker::Finished(status).encode());
-        if self.carrier.part(&command) != Part::Answer {
+        if processor.carrier.part(&command) != Part::Answer {
             return Ok(());
         }
-        self.publish(
+        processor.publish(
             step,
             &command,
             status,
@@ -223,10 +234,6 @@ impl<C: Carrier> Processor for CommandProcessor<C> {
             done.duration_ms,
             done.completed_ms,
         )
-    }
-
-    fn describe_metrics(&self) {
-        describe_metrics();
     }
 }
 
@@ -259,8 +266,7 @@ impl<C: Carrier> CommandProcessor<C> {
             "status" => dedupe::status_name(status)
         )
         .increment(1);
-        let payload = self.result_codec.encode(&result)?;
-        step.publish(&self.results_topic, result.cluster.as_bytes(), payload);
+        step.send(result.cluster.as_bytes(), &result)?;
         Ok(())
     }
 }

@@ -5,8 +5,6 @@ use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 use unicron_core::executor::{Backoff, Gate};
 
-use crate::backend::Backend;
-use crate::backend::exec::PLACEHOLDERS;
 use crate::error::ExecutorError;
 
 /// The `[executor]` section of the configuration.
@@ -40,11 +38,18 @@ pub struct ExecutorSettings {
     pub backend: Option<BackendSettings>,
 }
 
-/// What the executor runs with, from [`ExecutorSettings::prepare`].
-pub(crate) struct Prepared {
-    pub gate: Gate,
-    pub backend: Backend,
-}
+/// The names an exec backend's arguments may hold as `{name}`, each also
+/// passed as `UNICRON_<NAME>`.
+pub const PLACEHOLDERS: [&str; 8] = [
+    "command_id",
+    "cluster",
+    "action",
+    "job",
+    "nodes",
+    "restore_from",
+    "decision_id",
+    "time_ms",
+];
 
 /// How the executor carries out an action.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,29 +138,24 @@ impl ExecutorSettings {
 
     /// The gate for this cluster, trusting `public_keys`.
     pub fn gate(&self) -> Result<Gate, ExecutorError> {
-        let mut keys = BTreeMap::new();
-        for (id, text) in &self.public_keys {
-            keys.insert(
-                id.clone(),
-                parse_key(text).map_err(|e| config(format!("executor.public_keys.{id}: {e}")))?,
-            );
-        }
-        Ok(Gate::new(self.cluster.clone(), keys, self.ttl_ms()?))
+        gate(
+            "executor",
+            &self.cluster,
+            &self.public_keys,
+            self.command_ttl_s,
+        )
     }
 
     /// The first setting that is missing or makes no sense, naming its
     /// field: what an executor needs to start.
     pub fn validate(&self) -> Result<(), ExecutorError> {
-        self.prepare().map(drop)
+        self.checked_gate().map(drop)
     }
 
-    /// The settings checked once and turned into what the executor runs
-    /// with: the gate (keys parsed) and the backend.
-    pub(crate) fn prepare(&self) -> Result<Prepared, ExecutorError> {
+    /// The settings checked, and the gate they give (keys parsed).
+    pub(crate) fn checked_gate(&self) -> Result<Gate, ExecutorError> {
         self.check_required()?;
-        let gate = self.check_given_gate()?;
-        let backend = Backend::new(self.backend.as_ref())?;
-        Ok(Prepared { gate, backend })
+        self.check_given_gate()
     }
 
     fn check_required(&self) -> Result<(), ExecutorError> {
@@ -207,11 +207,28 @@ impl ExecutorSettings {
         }
         Ok(gate)
     }
+}
 
-    fn ttl_ms(&self) -> Result<i64, ExecutorError> {
-        seconds("executor.command_ttl_s", self.command_ttl_s)?;
-        Ok((self.command_ttl_s * 1000.0).round() as i64)
+/// The gate of `cluster` trusting `public_keys` (key id → hex), commands
+/// expiring after `command_ttl_s`: what the executor and each agent check
+/// commands with. Errors name the field under `section` (`executor`,
+/// `agent`).
+pub fn gate(
+    section: &str,
+    cluster: &str,
+    public_keys: &BTreeMap<String, String>,
+    command_ttl_s: f64,
+) -> Result<Gate, ExecutorError> {
+    let mut keys = BTreeMap::new();
+    for (id, text) in public_keys {
+        keys.insert(
+            id.clone(),
+            parse_key(text).map_err(|e| config(format!("{section}.public_keys.{id}: {e}")))?,
+        );
     }
+    seconds(&format!("{section}.command_ttl_s"), command_ttl_s)?;
+    let ttl_ms = (command_ttl_s * 1000.0).round() as i64;
+    Ok(Gate::new(cluster.to_string(), keys, ttl_ms))
 }
 
 impl BackendSettings {

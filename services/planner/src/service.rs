@@ -4,18 +4,16 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use unicron_bus::{
-    AvroCodec, DecodeError, InboundRecord, KafkaConfig, PlannerInputs, Subscription, Topic,
-};
+use unicron_bus::{DecodeError, InboundRecord, KafkaConfig, PlannerInputs, Subscription, Topic};
 use unicron_core::planner::{ClusterState, Input, InputEvent, Output, Planner};
 use unicron_core::signing::CommandSigner;
-use unicron_core::{Command, Decision};
 use unicron_runtime::{
     Applied, Durability, Never, Outgoing, Processor, Published, RuntimeOptions, StartFrom, Step,
 };
-use unicron_store::Store;
+use unicron_store::{Store, StoreOptions};
 
 use crate::checkpoint::{Cadence, CheckpointTopics, Checkpoints, index_key};
 use crate::error::PlannerError;
@@ -26,12 +24,10 @@ const SERVICE: &str = "planner";
 /// How often an idle planner looks for a checkpoint due by time.
 const CHECKPOINT_CHECK: Duration = Duration::from_secs(60);
 
-/// How the planner reads its inputs and writes its outputs.
+/// How the planner reads its inputs (its outputs go by record type).
 pub(crate) struct Topics {
     pub names: unicron_bus::Topics,
     pub inputs: PlannerInputs,
-    pub decision: AvroCodec<Decision>,
-    pub command: AvroCodec<Command>,
 }
 
 impl Topics {
@@ -40,8 +36,6 @@ impl Topics {
         Topics {
             inputs: PlannerInputs::new(names.clone()),
             names,
-            decision: AvroCodec::default(),
-            command: AvroCodec::default(),
         }
     }
 
@@ -107,20 +101,26 @@ pub async fn run(
             max_record_bytes: kafka.max_record_bytes,
         },
     );
-    let options = RuntimeOptions {
-        service: SERVICE,
-        group_id: settings.group_id.clone(),
-        subscriptions: PlannerInputs::TOPICS
+    let store = Arc::new(Store::open(
+        &settings.state_dir,
+        StoreOptions {
+            sync: settings.sync_writes,
+        },
+    )?);
+    let options = RuntimeOptions::new(
+        SERVICE,
+        &settings.group_id,
+        PlannerInputs::TOPICS
             .into_iter()
             .map(Subscription::Topic)
             .collect(),
-        durability: Durability::Store {
-            state_dir: settings.state_dir.clone(),
-            sync: settings.sync_writes,
+        Durability::Store {
+            store: store.clone(),
             start: StartFrom::StoredOffsets,
         },
-    };
+    );
     let mut processor = PlannerProcessor {
+        store,
         planner: Planner::new(settings.tuning.clone(), signer.clone()),
         settings: settings.clone(),
         signer,
@@ -135,6 +135,8 @@ pub async fn run(
 }
 
 struct PlannerProcessor {
+    /// The store the runtime commits to; read on takeover and checkpoints.
+    store: Arc<Store>,
     planner: Planner,
     settings: PlannerSettings,
     signer: CommandSigner,
@@ -149,7 +151,6 @@ struct PlannerProcessor {
 impl Processor for PlannerProcessor {
     type Input = InputEvent;
     type Action = Never;
-    type Outcome = Never;
     type Error = PlannerError;
 
     fn decode(&self, record: &InboundRecord) -> Result<InputEvent, DecodeError> {
@@ -190,26 +191,15 @@ impl Processor for PlannerProcessor {
                     }
                     metrics::counter!("unicron_planner_decisions_total", "cluster" => cluster.clone())
                         .increment(1);
-                    let payload = self.topics.decision.encode(&decision)?;
                     // The partition of the input, not the key's hash: a
                     // takeover reads one decisions partition per input
                     // partition, whatever partitioner the producers used.
-                    step.publish_to(
-                        self.topics.names.name(Topic::Decisions),
-                        record.partition,
-                        cluster.as_bytes(),
-                        payload,
-                    );
+                    step.send_to(Some(record.partition), cluster.as_bytes(), &decision)?;
                 }
                 Output::Command(command) => {
                     metrics::counter!("unicron_planner_commands_total", "action" => command.action.symbol())
                         .increment(1);
-                    let payload = self.topics.command.encode(&command)?;
-                    step.publish(
-                        self.topics.names.name(Topic::Commands),
-                        cluster.as_bytes(),
-                        payload,
-                    );
+                    step.send(cluster.as_bytes(), &command)?;
                 }
             }
         }
@@ -227,33 +217,20 @@ impl Processor for PlannerProcessor {
         Ok(Applied::Done)
     }
 
-    async fn act(&mut self, action: &Never) -> Never {
-        match *action {}
-    }
-
-    fn finish(&mut self, action: Never, _: Never, _: &mut Step<'_>) -> Result<(), PlannerError> {
-        match action {}
-    }
-
     fn describe_metrics(&self) {
         describe_metrics();
     }
 
     /// Partitions moved: cached clusters may be stale. Reload them lazily,
     /// after taking over what other instances decided meanwhile.
-    async fn reassigned(
-        &mut self,
-        assigned: &[(String, i32)],
-        store: Option<&Store>,
-    ) -> Result<(), PlannerError> {
+    async fn reassigned(&mut self, assigned: &[(String, i32)]) -> Result<(), PlannerError> {
         let held = co_partitioned(&self.topics.names, assigned)?;
         self.planner = Planner::new(self.settings.tuning.clone(), self.signer.clone());
         self.indexed.clear();
         self.checkpoints.retain(&held);
-        let store = store.expect("the planner runs with a store");
         crate::takeover::take_over(
             &mut self.planner,
-            store,
+            &self.store,
             &self.kafka,
             &self.brokers,
             &held,
@@ -262,13 +239,9 @@ impl Processor for PlannerProcessor {
         .await
     }
 
-    fn published(
-        &mut self,
-        published: &[Published],
-        store: Option<&Store>,
-    ) -> Result<Vec<Outgoing>, PlannerError> {
-        let store = store.expect("the planner runs with a store");
-        self.checkpoints.published(published, store, Instant::now())
+    fn published(&mut self, published: &[Published]) -> Result<Vec<Outgoing>, PlannerError> {
+        self.checkpoints
+            .published(published, &self.store, Instant::now())
     }
 
     /// Ticks let a checkpoint that is due by time go out on an idle planner.

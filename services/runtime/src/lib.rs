@@ -10,18 +10,26 @@
 //! `quinn-proto` driven by `quinn`: the processor does no consumer or
 //! producer I/O of its own.
 
+mod driver;
 mod error;
+mod io;
+mod kafka;
 mod membership;
 mod outbox;
 mod processor;
 mod runtime;
 mod step;
 
+pub use driver::{Outputs, drive};
 pub use error::RuntimeError;
+pub use io::{Positions, Sink, Source};
+pub use kafka::KafkaSource;
 pub use membership::Membership;
 pub use outbox::{Published, drain};
-pub use processor::{Applied, BatchEnd, BusStatus, Never, Outgoing, Processor, Reading};
-pub use runtime::{Durability, RuntimeOptions, StartFrom, run};
+pub use processor::{
+    Act, Applied, BatchEnd, BusStatus, Never, Outgoing, Processor, Reading, Settled,
+};
+pub use runtime::{Durability, OnStop, RuntimeOptions, StartFrom, run};
 pub use step::Step;
-/// The store a stateful processor reads in its hooks.
+/// The store a stateful processor keeps (from [`Durability::opened`]).
 pub use unicron_store::Store;

@@ -3,10 +3,11 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use unicron_bus::{DecodeError, InboundRecord};
-use unicron_store::Store;
+use unicron_bus::schemas::AvroRecord;
+use unicron_bus::{AvroCodec, BusError, DecodeError, InboundRecord, Topics};
 
 use crate::error::RuntimeError;
+use crate::io::Positions;
 use crate::outbox::Published;
 use crate::step::Step;
 
@@ -22,9 +23,41 @@ pub enum Applied<A> {
     Act(A),
 }
 
-/// The type of actions of a processor that never acts.
+/// The type of actions of a processor that never acts: it needs no
+/// [`Act`] of its own.
 #[derive(Debug)]
 pub enum Never {}
+
+/// Work a processor carries out between two commits (the executor's
+/// backend call), and how what it came to is staged.
+pub trait Act<P: Processor + ?Sized>: Send + Sized {
+    /// What the work came to.
+    type Outcome: Send;
+
+    /// Carries the work out. Shutdown may cancel it; the record is then
+    /// read again after a restart.
+    fn act(&self, processor: &mut P) -> impl Future<Output = Self::Outcome> + Send;
+
+    /// Stages what the work came to; committed with the consumed offset.
+    fn finish(
+        self,
+        outcome: Self::Outcome,
+        processor: &mut P,
+        step: &mut Step<'_>,
+    ) -> Result<(), P::Error>;
+}
+
+impl<P: Processor + ?Sized> Act<P> for Never {
+    type Outcome = Never;
+
+    async fn act(&self, _: &mut P) -> Never {
+        match *self {}
+    }
+
+    fn finish(self, _: Never, _: &mut P, _: &mut Step<'_>) -> Result<(), P::Error> {
+        match self {}
+    }
+}
 
 /// A record a processor wants sent outside any commit, after outputs were
 /// published ([`Processor::published`]). At most once: a crash before it is
@@ -40,6 +73,22 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
+    /// `record` for the one topic its type belongs to; `partition` `None`:
+    /// where the key hashes.
+    pub fn record<T: AvroRecord>(
+        topics: &Topics,
+        partition: Option<i32>,
+        key: impl Into<Vec<u8>>,
+        record: &T,
+    ) -> Result<Outgoing, BusError> {
+        Ok(Outgoing {
+            topic: topics.of::<T>().to_string(),
+            partition,
+            key: key.into(),
+            payload: AvroCodec::<T>::default().encode(record)?,
+        })
+    }
+
     /// The record as the producer takes it.
     pub fn outbound(&self) -> unicron_bus::producer::Outbound<'_> {
         unicron_bus::producer::Outbound {
@@ -74,8 +123,7 @@ pub struct BusStatus {
 /// What a tick may ask about reading.
 pub struct Reading<'a> {
     pub(crate) last_read: &'a std::collections::BTreeMap<(String, i32), i64>,
-    pub(crate) caught_up: &'a (dyn Fn(&str, i32, i64) -> bool + Sync),
-    pub(crate) high_watermark: &'a (dyn Fn(&str, i32) -> Option<i64> + Sync),
+    pub(crate) positions: &'a dyn Positions,
     pub status: BusStatus,
 }
 
@@ -85,7 +133,7 @@ impl Reading<'_> {
     /// answered.
     pub fn lag(&self, topic: &str, partition: i32) -> Option<i64> {
         let offset = self.last_read.get(&(topic.to_string(), partition))?;
-        let high = (self.high_watermark)(topic, partition)?;
+        let high = self.positions.high_watermark(topic, partition)?;
         Some((high - offset - 1).max(0))
     }
 
@@ -98,7 +146,7 @@ impl Reading<'_> {
     pub fn caught_up(&self, topic: &str, partition: i32) -> bool {
         self.last_read
             .get(&(topic.to_string(), partition))
-            .is_some_and(|offset| (self.caught_up)(topic, partition, *offset))
+            .is_some_and(|offset| self.positions.caught_up_with(topic, partition, *offset))
     }
 }
 
@@ -110,9 +158,7 @@ pub trait Processor: Send {
     type Input: Send;
     /// Work done between two commits (the executor's backend call);
     /// [`Never`] for processors that do not act.
-    type Action: Send;
-    /// What an action came to.
-    type Outcome: Send;
+    type Action: Act<Self>;
     type Error: From<RuntimeError> + Send;
 
     /// Whether this instance handles `record` at all; one it does not want
@@ -132,32 +178,14 @@ pub trait Processor: Send {
         step: &mut Step<'_>,
     ) -> Result<Applied<Self::Action>, Self::Error>;
 
-    /// Carries out an action returned by [`apply`](Processor::apply).
-    /// Shutdown may cancel it; the record is then read again after a restart.
-    fn act(&mut self, action: &Self::Action) -> impl Future<Output = Self::Outcome> + Send;
-
-    /// Stages what an action came to.
-    fn finish(
-        &mut self,
-        action: Self::Action,
-        outcome: Self::Outcome,
-        step: &mut Step<'_>,
-    ) -> Result<(), Self::Error>;
-
     /// Registers the service's metric descriptions.
     fn describe_metrics(&self) {}
-
-    /// Once, after the store opens (before reading).
-    fn opened(&mut self, _store: Option<&Store>) -> Result<(), Self::Error> {
-        Ok(())
-    }
 
     /// The group moved partitions: in-memory state may be stale. Called
     /// before the next record is applied, with the partitions now held.
     fn reassigned(
         &mut self,
         _assigned: &[(String, i32)],
-        _store: Option<&Store>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send {
         async { Ok(()) }
     }
@@ -168,11 +196,7 @@ pub trait Processor: Send {
     /// the offsets of others it wrote (the planner's checkpoint manifest).
     /// Also called on every tick with nothing published, for work that is
     /// due by time.
-    fn published(
-        &mut self,
-        _published: &[Published],
-        _store: Option<&Store>,
-    ) -> Result<Vec<Outgoing>, Self::Error> {
+    fn published(&mut self, _published: &[Published]) -> Result<Vec<Outgoing>, Self::Error> {
         Ok(Vec::new())
     }
 
@@ -187,7 +211,9 @@ pub trait Processor: Send {
     /// Runs every [`tick_every`](Processor::tick_every), for work due by
     /// wall time; what it queues goes out through
     /// [`end_batch`](Processor::end_batch), which runs right after.
-    fn tick(&mut self, _reading: &Reading<'_>) {}
+    fn tick(&mut self, _reading: &Reading<'_>) -> Result<(), Self::Error> {
+        Ok(())
+    }
 
     /// Called when the records of a batch (or a tick) are handled, before
     /// they are marked done, for a processor that applies what it read in
@@ -196,4 +222,30 @@ pub trait Processor: Send {
     fn end_batch(&mut self) -> Result<BatchEnd, Self::Error> {
         Ok(BatchEnd::default())
     }
+
+    /// The runtime sent `record` to the dead-letter topic (it was too
+    /// large or did not decode): for a processor that settles offsets
+    /// itself ([`Durability::Elsewhere`](crate::Durability::Elsewhere)).
+    fn dead_lettered(&mut self, _record: &InboundRecord) {}
+
+    /// For [`Durability::Elsewhere`](crate::Durability::Elsewhere): the
+    /// records now durable elsewhere, each partition's through an offset.
+    /// Asked after every batch and tick; their offsets are committed.
+    fn settled(&mut self) -> Vec<Settled> {
+        Vec::new()
+    }
+
+    /// The loop is ending (after the last record, before the final
+    /// commit): make durable what can be.
+    fn stopping(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// A partition's records through `through` are durable outside Kafka.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub topic: String,
+    pub partition: i32,
+    pub through: i64,
 }

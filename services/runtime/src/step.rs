@@ -1,12 +1,14 @@
 //! What one step may read and stage.
 
-use unicron_bus::InboundRecord;
+use unicron_bus::schemas::AvroRecord;
+use unicron_bus::{AvroCodec, BusError, InboundRecord, Topics};
 use unicron_store::{Commit, OutboxEntry, Store, StoreError};
 
 /// The record being applied, read access to the service's store, and the
 /// writes and outputs staged for the runtime to commit and publish.
 pub struct Step<'a> {
     record: &'a InboundRecord,
+    topics: &'a Topics,
     store: Option<&'a Store>,
     /// What earlier steps of the same batch staged and the store does not
     /// hold yet: reads see it first.
@@ -19,11 +21,13 @@ pub struct Step<'a> {
 impl<'a> Step<'a> {
     pub(crate) fn new(
         record: &'a InboundRecord,
+        topics: &'a Topics,
         store: Option<&'a Store>,
         earlier: Option<&'a Commit>,
     ) -> Step<'a> {
         Step {
             record,
+            topics,
             store,
             earlier,
             commit: Commit::new(),
@@ -38,22 +42,37 @@ impl<'a> Step<'a> {
         self.record
     }
 
-    /// Queues an output, published in order once the step is committed.
-    pub fn publish(&mut self, topic: &str, key: impl Into<Vec<u8>>, payload: Vec<u8>) {
-        self.outputs.push(OutboxEntry {
-            topic: topic.to_string(),
-            key: key.into(),
-            payload,
-            partition: None,
-        });
+    /// Queues `record` for the one topic its type belongs to, published
+    /// in order once the step is committed, to the partition `key` hashes
+    /// to.
+    pub fn send<T: AvroRecord>(
+        &mut self,
+        key: impl Into<Vec<u8>>,
+        record: &T,
+    ) -> Result<(), BusError> {
+        self.send_to(None, key, record)
     }
 
-    /// Like [`publish`](Step::publish), to `partition` of `topic` instead
-    /// of the one the key hashes to.
-    pub fn publish_to(
+    /// Like [`send`](Step::send), to `partition` (`None`: where the key
+    /// hashes).
+    pub fn send_to<T: AvroRecord>(
+        &mut self,
+        partition: Option<i32>,
+        key: impl Into<Vec<u8>>,
+        record: &T,
+    ) -> Result<(), BusError> {
+        let payload = AvroCodec::<T>::default().encode(record)?;
+        let topic = self.topics.of::<T>().to_string();
+        self.publish_bytes(&topic, partition, key, payload);
+        Ok(())
+    }
+
+    /// Queues bytes for a topic outside unicron's topology (a site's own,
+    /// a test's); unicron's records go through [`send`](Step::send).
+    pub fn publish_bytes(
         &mut self,
         topic: &str,
-        partition: i32,
+        partition: Option<i32>,
         key: impl Into<Vec<u8>>,
         payload: Vec<u8>,
     ) {
@@ -61,7 +80,7 @@ impl<'a> Step<'a> {
             topic: topic.to_string(),
             key: key.into(),
             payload,
-            partition: Some(partition),
+            partition,
         });
     }
 

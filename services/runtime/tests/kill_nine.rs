@@ -10,12 +10,16 @@
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use unicron_bus::{
     Consumer, DecodeError, EmbeddedBroker, InboundRecord, KafkaConfig, Producer, Subscription,
 };
-use unicron_runtime::{Applied, Durability, Never, Processor, RuntimeOptions, StartFrom, Step};
+use unicron_runtime::{
+    Applied, Durability, Never, Processor, RuntimeOptions, StartFrom, Step, Store,
+};
+use unicron_store::StoreOptions;
 
 const INPUT: &str = "toy.in";
 const OUTPUT: &str = "toy.out";
@@ -31,7 +35,6 @@ struct RunningSum;
 impl Processor for RunningSum {
     type Input = i64;
     type Action = Never;
-    type Outcome = Never;
     type Error = unicron_runtime::RuntimeError;
 
     fn decode(&self, record: &InboundRecord) -> Result<i64, DecodeError> {
@@ -54,16 +57,8 @@ impl Processor for RunningSum {
         step.put_state(state_key, sum.to_be_bytes());
         let record = step.record();
         let output = format!("{}/{}={sum}", record.partition, record.offset);
-        step.publish(OUTPUT, key, output.into_bytes());
+        step.publish_bytes(OUTPUT, None, key, output.into_bytes());
         Ok(Applied::Done)
-    }
-
-    async fn act(&mut self, action: &Never) -> Never {
-        match *action {}
-    }
-
-    fn finish(&mut self, action: Never, _: Never, _: &mut Step<'_>) -> Result<(), Self::Error> {
-        match action {}
     }
 }
 
@@ -83,19 +78,19 @@ fn main() {
 }
 
 async fn service(state_dir: String, brokers: String) {
-    let options = RuntimeOptions {
-        service: "toy",
-        group_id: "toy".into(),
-        subscriptions: vec![Subscription::External {
+    let store = Store::open(state_dir, StoreOptions::default()).unwrap();
+    let options = RuntimeOptions::new(
+        "toy",
+        "toy",
+        vec![Subscription::External {
             name: INPUT.into(),
             optional: false,
         }],
-        durability: Durability::Store {
-            state_dir: state_dir.into(),
-            sync: false,
+        Durability::Store {
+            store: Arc::new(store),
             start: StartFrom::StoredOffsets,
         },
-    };
+    );
     let kafka = KafkaConfig::default();
     unicron_runtime::run(
         &kafka,

@@ -352,6 +352,6 @@ async fn read_failures(
                 tracing::warn!(offset = record.offset, error = %e, "unreadable failure record")
             }
         }
-        consumer.mark_done(&record)?;
+        consumer.mark_done(&record.topic, record.partition, record.offset)?;
     }
 }

@@ -11,18 +11,6 @@ use unicron_core::executor::Outcome;
 
 use super::{Attempt, tail};
 
-/// Template names, each also passed as `UNICRON_<NAME>`.
-pub const PLACEHOLDERS: [&str; 8] = [
-    "command_id",
-    "cluster",
-    "action",
-    "job",
-    "nodes",
-    "restore_from",
-    "decision_id",
-    "time_ms",
-];
-
 pub struct ExecBackend {
     program: String,
     args: Vec<String>,
@@ -155,6 +143,7 @@ mod tests {
     use unicron_core::CommandAction;
 
     use super::*;
+    use crate::settings::PLACEHOLDERS;
 
     fn command() -> Command {
         Command {
