@@ -175,7 +175,7 @@ fn read_key(path: &Path) -> anyhow::Result<(String, String)> {
 }
 
 pub async fn run(config: &Config, args: &AgentArgs) -> anyhow::Result<()> {
-    let mut stop = Stop::listen()?;
+    let stop = Stop::listen()?;
     let slurm = SlurmStep::from_env(|name| std::env::var(name).ok())
         .map_err(|e| UsageError(format!("Slurm environment: {e}")))?;
     let settings = settings(config, args, slurm.as_ref())?;
@@ -213,13 +213,11 @@ pub async fn run(config: &Config, args: &AgentArgs) -> anyhow::Result<()> {
         );
     }
     let _metrics = crate::services::serve_metrics(config, false).await?;
-    unicron_agent::run(&config.kafka, &brokers, settings, async {
-        stop.wait().await;
-    })
-    .await
-    .map_err(|e| match e {
-        unicron_agent::AgentError::Config(text) => UsageError(format!("config: {text}")).into(),
-        other => anyhow::Error::new(other),
-    })
-    .context("agent")
+    unicron_agent::run(&config.kafka, &brokers, settings, stop.signalled())
+        .await
+        .map_err(|e| match e {
+            unicron_agent::AgentError::Config(text) => UsageError(format!("config: {text}")).into(),
+            other => anyhow::Error::new(other),
+        })
+        .context("agent")
 }

@@ -12,6 +12,8 @@ mod keys;
 mod logging;
 mod plan;
 mod replay;
+#[cfg(feature = "simulator")]
+mod service_set;
 mod services;
 mod slurm;
 // `up` alone stops the page before its broker.

@@ -34,6 +34,11 @@ impl Stop {
         Ok(Stop {})
     }
 
+    /// Completes at the first SIGINT or SIGTERM: a service's shutdown.
+    pub async fn signalled(mut self) {
+        self.wait().await
+    }
+
     /// Until the first SIGINT or SIGTERM (cancel-safe).
     pub async fn wait(&mut self) {
         #[cfg(unix)]
@@ -44,6 +49,18 @@ impl Stop {
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// What every deployed service command starts with: signals caught
+/// (before anything is announced) and `kafka.brokers`, which it requires.
+fn deployed(config: &Config, command: &str) -> anyhow::Result<(Stop, String)> {
+    let stop = Stop::listen()?;
+    let Some(brokers) = config.kafka.brokers.clone() else {
+        bail!(
+            "kafka.brokers: required for `unicron {command}` (`unicron up` runs the loop on an embedded broker)"
+        );
+    };
+    Ok((stop, brokers))
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen` unless
@@ -134,12 +151,7 @@ fn moved_note(moved: Option<u16>) -> String {
 
 /// `unicron planner`: the planner against an existing Kafka, until Ctrl-C.
 pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow::Result<()> {
-    let mut stop = Stop::listen()?;
-    let Some(brokers) = config.kafka.brokers.clone() else {
-        bail!(
-            "kafka.brokers: required for `unicron planner` (use `unicron up` for the embedded broker)"
-        );
-    };
+    let (stop, brokers) = deployed(config, "planner")?;
     let signer = config
         .planner
         .signer()
@@ -150,32 +162,29 @@ pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow
     );
     let _metrics = serve_metrics(config, false).await?;
     let _status = serve_status(config, status, &brokers, false, None).await?;
-    unicron_planner::run(&config.kafka, &brokers, &config.planner, signer, async {
-        stop.wait().await;
-    })
+    unicron_planner::run(
+        &config.kafka,
+        &brokers,
+        &config.planner,
+        signer,
+        stop.signalled(),
+    )
     .await
     .context("planner")
 }
 
 /// `unicron detector`: the detector against an existing Kafka, until Ctrl-C.
 pub async fn detector(config: &Config) -> anyhow::Result<()> {
-    let mut stop = Stop::listen()?;
-    let Some(brokers) = config.kafka.brokers.clone() else {
-        bail!(
-            "kafka.brokers: required for `unicron detector` (use `unicron up` for the embedded broker)"
-        );
-    };
+    let (stop, brokers) = deployed(config, "detector")?;
     println!(
         "detector: group {} on {brokers}, {} external input(s)",
         config.detector.group_id,
         config.detector.inputs.len()
     );
     let _metrics = serve_metrics(config, false).await?;
-    unicron_detector::run(&config.kafka, &brokers, &config.detector, async {
-        stop.wait().await;
-    })
-    .await
-    .context("detector")
+    unicron_detector::run(&config.kafka, &brokers, &config.detector, stop.signalled())
+        .await
+        .context("detector")
 }
 
 #[cfg(feature = "simulator")]
@@ -201,12 +210,7 @@ pub fn random_seed() -> anyhow::Result<[u8; 32]> {
 
 /// `unicron executor`: one cluster's executor against an existing Kafka.
 pub async fn executor(config: &Config) -> anyhow::Result<()> {
-    let mut stop = Stop::listen()?;
-    let Some(brokers) = config.kafka.brokers.clone() else {
-        bail!(
-            "kafka.brokers: required for `unicron executor` (use `unicron up` for the embedded broker)"
-        );
-    };
+    let (stop, brokers) = deployed(config, "executor")?;
     // A setting the executor cannot start without is the operator's to fix.
     config
         .executor
@@ -219,11 +223,9 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
         config.executor.group()
     );
     let _metrics = serve_metrics(config, false).await?;
-    unicron_executor::run(&config.kafka, &brokers, &config.executor, async {
-        stop.wait().await;
-    })
-    .await
-    .context("executor")
+    unicron_executor::run(&config.kafka, &brokers, &config.executor, stop.signalled())
+        .await
+        .context("executor")
 }
 
 #[cfg(feature = "simulator")]
@@ -234,12 +236,7 @@ pub async fn sim(
     duration: Option<std::time::Duration>,
     summary_json: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
-    let mut stop = Stop::listen()?;
-    let Some(brokers) = config.kafka.brokers.clone() else {
-        bail!(
-            "kafka.brokers: required for `unicron sim` (use `unicron up` for the embedded broker)"
-        );
-    };
+    let (mut stop, brokers) = deployed(config, "sim")?;
     let _metrics = serve_metrics(config, false).await?;
     let sim_config = config.sim.clone();
     let end_s = duration.map(|d| d.as_secs_f64() * sim_config.speed);
@@ -276,23 +273,16 @@ pub async fn sim(
 
 /// `unicron archiver`: every topic into the Avro archive, until Ctrl-C.
 pub async fn archiver(config: &Config) -> anyhow::Result<()> {
-    let mut stop = Stop::listen()?;
-    let Some(brokers) = config.kafka.brokers.clone() else {
-        bail!(
-            "kafka.brokers: required for `unicron archiver` (use `unicron up` for the embedded broker)"
-        );
-    };
+    let (stop, brokers) = deployed(config, "archiver")?;
     println!(
         "archiver: group {} on {brokers} into {}",
         config.archiver.group_id,
         config.archiver.dir.display()
     );
     let _metrics = serve_metrics(config, false).await?;
-    unicron_archiver::run(&config.kafka, &brokers, &config.archiver, async {
-        stop.wait().await;
-    })
-    .await
-    .context("archiver")
+    unicron_archiver::run(&config.kafka, &brokers, &config.archiver, stop.signalled())
+        .await
+        .context("archiver")
 }
 
 /// `unicron remote-write`: Prometheus remote write into the telemetry
@@ -301,10 +291,7 @@ pub async fn remote_write(
     config: &Config,
     args: &crate::cli::RemoteWriteArgs,
 ) -> anyhow::Result<()> {
-    let mut stop = Stop::listen()?;
-    let Some(brokers) = config.kafka.brokers.clone() else {
-        bail!("kafka.brokers: required for `unicron remote-write`");
-    };
+    let (stop, brokers) = deployed(config, "remote-write")?;
     let mut settings = config.remote_write.clone();
     let what = match &args.listen {
         Some(text) => {
@@ -330,9 +317,7 @@ pub async fn remote_write(
     );
     let _metrics = serve_metrics(config, false).await?;
     receiver
-        .serve(async move {
-            stop.wait().await;
-        })
+        .serve(stop.signalled())
         .await
         .context("remote-write")
 }

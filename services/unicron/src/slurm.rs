@@ -23,7 +23,7 @@ pub struct SlurmWatchArgs {
 }
 
 pub async fn run(config: &Config, args: &SlurmWatchArgs) -> anyhow::Result<()> {
-    let mut stop = Stop::listen()?;
+    let stop = Stop::listen()?;
     let mut settings = config.slurm.clone();
     if let Some(cluster) = &args.cluster {
         settings.cluster = cluster.clone();
@@ -46,9 +46,7 @@ pub async fn run(config: &Config, args: &SlurmWatchArgs) -> anyhow::Result<()> {
         settings.cluster, settings.poll_interval_s
     );
     let _metrics = crate::services::serve_metrics(config, false).await?;
-    unicron_slurm::run_poller(&settings, &config.kafka, &brokers, async {
-        stop.wait().await;
-    })
-    .await
-    .context("slurm-watch")
+    unicron_slurm::run_poller(&settings, &config.kafka, &brokers, stop.signalled())
+        .await
+        .context("slurm-watch")
 }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tokio::task::JoinHandle;
 use unicron_bus::admin::{TopicReport, TopicStatus, ensure_topics};
 use unicron_bus::{EmbeddedBroker, Topology};
 use unicron_executor::{BackendSettings, ExecutorSettings};
@@ -18,6 +17,7 @@ use unicron_simulator::{Arrivals, Progress, SimConfig, Summary};
 
 use crate::cli::UpArgs;
 use crate::config::Config;
+use crate::service_set::{ServiceSet, StopOrder};
 
 /// Partitions of an external input topic `up` creates on its embedded
 /// broker, so a second detector instance would have some to take.
@@ -27,7 +27,8 @@ const INPUT_PARTITIONS: i32 = 3;
 /// is in flight before the summary is taken.
 const SETTLE: Duration = Duration::from_secs(2);
 
-type Service = JoinHandle<anyhow::Result<()>>;
+/// How long each service gets to stop once told to.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 
 pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     let topology = Topology::builtin();
@@ -105,8 +106,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     );
 
     let scratch = tempfile::Builder::new().prefix("unicron-up-").tempdir()?;
-    let mut stops = Vec::new();
-    let mut services: Vec<(&str, Service)> = Vec::new();
+    let mut services = ServiceSet::default();
 
     // Planner, on a state directory of this run unless one is configured.
     let (signer, dev_key) = crate::services::signer_or_dev_key(config)?;
@@ -126,18 +126,9 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    stops.push(stop);
-    services.push((
-        "planner",
-        tokio::spawn(async move {
-            unicron_planner::run(&kafka, &at, &planner_settings, signer, async {
-                let _ = stopped.await;
-            })
-            .await
-            .context("planner")
-        }),
-    ));
+    services.spawn("planner", StopOrder::WithTheRest, |shutdown| async move {
+        Ok(unicron_planner::run(&kafka, &at, &planner_settings, signer, shutdown.wait()).await?)
+    });
     println!(
         "planner: policy {}, isolations at most {} an hour per cluster, signing key {}{}",
         config.planner.tuning.policy.as_str(),
@@ -159,18 +150,9 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         bootstrap.clone(),
         config.detector.clone(),
     );
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    stops.push(stop);
-    services.push((
-        "detector",
-        tokio::spawn(async move {
-            unicron_detector::run(&kafka, &at, &settings, async {
-                let _ = stopped.await;
-            })
-            .await
-            .context("detector")
-        }),
-    ));
+    services.spawn("detector", StopOrder::WithTheRest, |shutdown| async move {
+        Ok(unicron_detector::run(&kafka, &at, &settings, shutdown.wait()).await?)
+    });
     println!(
         "detector: {} rules{}",
         config.detector.rules()?.len(),
@@ -228,18 +210,9 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             describe(backend)
         );
         let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        stops.push(stop);
-        services.push((
-            "executor",
-            tokio::spawn(async move {
-                unicron_executor::run(&kafka, &at, &executor_settings, async {
-                    let _ = stopped.await;
-                })
-                .await
-                .context("executor")
-            }),
-        ));
+        services.spawn("executor", StopOrder::WithTheRest, |shutdown| async move {
+            Ok(unicron_executor::run(&kafka, &at, &executor_settings, shutdown.wait()).await?)
+        });
     } else {
         println!("executor: not started (no simulator; set executor.cluster and executor.backend)");
         println!(
@@ -262,18 +235,13 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             bootstrap.clone(),
             config.slurm.clone(),
         );
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        stops.push(stop);
-        services.push((
+        services.spawn(
             "slurm-watch",
-            tokio::spawn(async move {
-                unicron_slurm::run_poller(&settings, &kafka, &at, async {
-                    let _ = stopped.await;
-                })
-                .await
-                .context("slurm-watch")
-            }),
-        ));
+            StopOrder::WithTheRest,
+            |shutdown| async move {
+                Ok(unicron_slurm::run_poller(&settings, &kafka, &at, shutdown.wait()).await?)
+            },
+        );
     }
     if let (Some(sim), Some(c)) = (&sim, &sim_config) {
         println!(
@@ -286,27 +254,18 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         );
     }
 
-    // The archiver: last to stop, so it has every record of the run.
-    let archive_dir = (!args.no_archive).then(|| run_dir.clone());
-    let archiver = match &archive_dir {
-        Some(dir) => {
-            let mut settings = config.archiver.clone();
-            settings.dir = dir.clone();
-            settings.validate().context("archiver")?;
-            let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
-            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-            let task: Service = tokio::spawn(async move {
-                unicron_archiver::run(&kafka, &at, &settings, async {
-                    let _ = stopped.await;
-                })
-                .await
-                .context("archiver")
-            });
-            println!("archive: {}", dir.display());
-            Some((stop, task))
-        }
-        None => None,
-    };
+    // The archiver: last to stop, so it has every record of the run (it
+    // reads to the ends the partitions have when it is stopped).
+    if !args.no_archive {
+        let mut settings = config.archiver.clone();
+        settings.dir = run_dir.clone();
+        settings.validate().context("archiver")?;
+        let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
+        services.spawn("archiver", StopOrder::Last, |shutdown| async move {
+            Ok(unicron_archiver::run(&kafka, &at, &settings, shutdown.wait()).await?)
+        });
+        println!("archive: {}", run_dir.display());
+    }
 
     let _metrics = crate::services::serve_metrics(config, true).await?;
     let status =
@@ -331,24 +290,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         Some(sim) => Some(sim.stop().await.context("simulator")?),
         None => None,
     };
-    for stop in stops {
-        let _ = stop.send(());
-    }
-    let grace = Duration::from_secs(10);
-    for (_, service) in services {
-        if !service.is_finished() {
-            let _ = tokio::time::timeout(grace, service).await;
-        }
-    }
-    if let Some((stop, task)) = archiver {
-        // It reads to the ends the partitions have now, then stops.
-        let _ = stop.send(());
-        match tokio::time::timeout(grace * 4, task).await {
-            Ok(Ok(Err(e))) => return Err(e),
-            Ok(Err(e)) => anyhow::bail!("archiver task: {e}"),
-            _ => {}
-        }
-    }
+    services.stop(STOP_GRACE).await?;
     if let Some(status) = status {
         status.stop().await;
     }
@@ -370,7 +312,7 @@ async fn watch(
     args: &UpArgs,
     sim: Option<&unicron_simulator::Running>,
     rate: Option<f64>,
-    services: &mut [(&str, Service)],
+    services: &mut ServiceSet,
     stop: &mut crate::services::Stop,
 ) -> anyhow::Result<()> {
     if args.duration.is_none() {
@@ -396,6 +338,7 @@ async fn watch(
         tokio::select! {
             () = &mut deadline => break Ok(()),
             () = stop.wait() => break Ok(()),
+            error = services.failed() => break Err(error),
             _ = ticker.tick() => {
                 ticks += 1;
                 if let Some(sim) = sim {
@@ -405,14 +348,6 @@ async fn watch(
                         None if ticks.is_multiple_of(10) => println!("{line}"),
                         None => {}
                     }
-                }
-                if let Some(i) = services.iter().position(|(_, s)| s.is_finished()) {
-                    let (name, service) = &mut services[i];
-                    break match service.await {
-                        Ok(Ok(())) => Err(anyhow::anyhow!("{name} stopped unexpectedly")),
-                        Ok(Err(e)) => Err(e),
-                        Err(e) => Err(anyhow::anyhow!("{name} task: {e}")),
-                    };
                 }
             }
         }
