@@ -1756,7 +1756,17 @@ fn dockerfile_builds_the_workspace_binary_with_its_rust_version() {
         dockerfile.contains(&format!("FROM rust:{rust}-")),
         "the build stage must use the workspace's rust-version {rust}"
     );
-    assert!(dockerfile.contains("cargo build --release -p unicron"));
+    assert!(dockerfile.contains("cargo build --release -p unicron --no-default-features"));
+    // A deployment image leaves the simulator out; the compose demo,
+    // which runs `sim`, builds it in.
+    assert!(dockerfile.contains("ARG FEATURES=gssapi\n"), "{dockerfile}");
+    let compose = read("deploy/compose/compose.yaml");
+    assert!(compose.contains("\"sim\"]"), "the demo runs the simulator");
+    assert_eq!(
+        compose.matches("FEATURES: \"gssapi simulator\"").count(),
+        2,
+        "both build sections of the compose demo build the simulator in"
+    );
     assert!(dockerfile.contains("FROM debian:bookworm-slim"));
     assert_eq!(dockerfile_entrypoint(), "/usr/local/bin/unicron");
     assert!(
