@@ -8,10 +8,14 @@
 //! restart or rebalance; failure ids are derived from input offsets, so a
 //! re-delivered record yields the same id and the planner drops the repeat.
 
+mod discovery;
 mod error;
+mod holds;
 mod service;
 mod settings;
 
 pub use error::DetectorError;
-pub use service::{IDLE_TICK_NODE, SERVICE, run};
+pub use service::{SERVICE, run};
 pub use settings::DetectorSettings;
+/// The node name idle ticks carry: they come from the detector, not a node.
+pub use unicron_core::detector::IDLE_TICK_NODE;

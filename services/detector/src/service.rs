@@ -26,7 +26,9 @@ use unicron_runtime::{
     Step,
 };
 
+use crate::discovery::with_topic_discovery;
 use crate::error::DetectorError;
+use crate::holds::{IdleTicks, LAG_GUARD, LagGuard, OutageHold, TIMERS_HELD};
 use crate::settings::DetectorSettings;
 
 /// The detector's name in readiness, logs and `unicron_bus::metrics::joined`.
@@ -429,148 +431,6 @@ impl DetectorProcessor {
     }
 }
 
-/// Holds the detector's silence timers from a lost broker connection
-/// until `grace` after the latest loss.
-struct OutageHold {
-    grace: Duration,
-    losses: u64,
-    until: Option<Instant>,
-}
-
-impl OutageHold {
-    fn new(grace: Duration, losses: u64) -> OutageHold {
-        OutageHold {
-            grace,
-            losses,
-            until: None,
-        }
-    }
-
-    fn held(&self) -> bool {
-        self.until.is_some()
-    }
-
-    fn update(&mut self, losses: u64, now: Instant) {
-        if losses != self.losses && !self.grace.is_zero() {
-            self.losses = losses;
-            self.until = Some(now + self.grace);
-        } else {
-            self.update_time(now);
-        }
-    }
-
-    fn update_time(&mut self, now: Instant) {
-        if self.until.is_some_and(|until| now >= until) {
-            self.until = None;
-        }
-    }
-}
-
-/// Holds the silence timers while the detector is behind its inputs: more
-/// than `records` unread on a partition, or a partition with unread records
-/// whose newest event time read trails the newest of any partition by more
-/// than `delay`. A node whose heartbeats wait in a lagging partition is not
-/// silent; verdicts wait until the detector catches up (0 turns a bound off).
-struct LagGuard {
-    records: u64,
-    delay_ms: i64,
-    held: bool,
-}
-
-impl LagGuard {
-    fn new(records: u64, delay_s: f64) -> LagGuard {
-        LagGuard {
-            records,
-            delay_ms: (delay_s * 1000.0).round() as i64,
-            held: false,
-        }
-    }
-
-    fn held(&self) -> bool {
-        self.held
-    }
-
-    fn update(&mut self, lag_records: i64, delay_ms: i64) {
-        metrics::gauge!("unicron_detector_input_lag_records").set(lag_records as f64);
-        metrics::gauge!("unicron_detector_partition_delay_seconds").set(delay_ms as f64 / 1000.0);
-        self.held = (self.records > 0 && lag_records as u64 > self.records)
-            || (self.delay_ms > 0 && delay_ms > self.delay_ms);
-        metrics::gauge!(LAG_GUARD).set(if self.held { 1.0 } else { 0.0 });
-    }
-}
-
-const TIMERS_HELD: &str = "unicron_detector_silence_timers_held";
-const LAG_GUARD: &str = "unicron_detector_lag_guard_held";
-
-/// The node name idle ticks carry: they come from the detector, not a node.
-pub use unicron_core::detector::IDLE_TICK_NODE;
-
-/// Idle ticks: when a cluster with a pending timer has had no record for
-/// `after` of wall time on inputs read to their end, its clock moves by
-/// that much, through a record on the agent topic that this detector (and
-/// replay) reads back. Wall time enters the detector only this way.
-struct IdleTicks {
-    after: Duration,
-    last_heard: BTreeMap<String, Instant>,
-}
-
-impl IdleTicks {
-    fn new(after: Duration) -> IdleTicks {
-        IdleTicks {
-            after,
-            last_heard: BTreeMap::new(),
-        }
-    }
-
-    fn enabled(&self) -> bool {
-        !self.after.is_zero()
-    }
-
-    /// How often to look for idle clusters (a tick is at most this late)
-    /// and at the lag guard.
-    fn check_every(&self) -> Duration {
-        if self.enabled() {
-            (self.after / 4).max(Duration::from_millis(100))
-        } else {
-            Duration::from_millis(500)
-        }
-    }
-
-    fn heard_from(&mut self, cluster: &str, now: Instant) {
-        match self.last_heard.get_mut(cluster) {
-            Some(at) => *at = now,
-            None => {
-                self.last_heard.insert(cluster.to_string(), now);
-            }
-        }
-    }
-
-    /// The ticks due at `now`. None while silence timers are held: an
-    /// outage is no evidence of silence.
-    fn due(&mut self, detector: &Detector, now: Instant) -> Vec<RoundTick> {
-        if !self.enabled() || detector.silence_timers_held() {
-            return Vec::new();
-        }
-        let mut ticks = Vec::new();
-        for (cluster, clock_ms) in detector.idle_candidates() {
-            let Some(heard) = self.last_heard.get_mut(&cluster) else {
-                self.last_heard.insert(cluster, now);
-                continue;
-            };
-            let quiet = now.saturating_duration_since(*heard);
-            if quiet < self.after {
-                continue;
-            }
-            *heard = now;
-            ticks.push(RoundTick {
-                cluster,
-                time_ms: clock_ms + quiet.as_millis() as i64,
-            });
-        }
-        ticks
-    }
-}
-
 /// Logs and counts a published failure; `record` is what triggered it
 /// (an idle tick, with no Kafka timestamp, for timers).
 fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
@@ -597,46 +457,6 @@ fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
         let age = (now.as_millis() as i64 - produced).max(0) as f64 / 1000.0;
         metrics::histogram!("unicron_detector_detection_latency_seconds").record(age);
     }
-}
-
-/// librdkafka's property that sets how soon a pattern subscription sees a
-/// topic created after it.
-const METADATA_REFRESH: &str = "topic.metadata.refresh.interval.ms";
-const METADATA_MAX_AGE: &str = "metadata.max.age.ms";
-/// librdkafka's own cache age at its default refresh (3 x 5 minutes).
-const METADATA_MAX_AGE_MS: i64 = 15 * 60 * 1000;
-
-/// Refreshes topic metadata every `every_s`, so a pattern-subscribed
-/// topic created later is joined within about that time.
-///
-/// librdkafka ties the metadata cache's age limit to the refresh interval
-/// (`metadata.max.age.ms` = 3 x refresh). At a 1-s refresh a refresh that
-/// lands more than 3 s late (a loaded machine, a slow broker) lets the
-/// subscribed topics expire from the cache; the consumer then sees its
-/// subscription shrink and grow back and rejoins the group twice. On the
-/// embedded broker every rejoin holds the group for the session timeout
-/// less a second, the detector reads nothing meanwhile, and runs of one
-/// seed diverged. Pinning the age limit to librdkafka's default keeps a
-/// late refresh harmless; a deleted topic still leaves the cache at once,
-/// because the broker's answer says so.
-fn with_topic_discovery(kafka: &KafkaConfig, every_s: f64) -> KafkaConfig {
-    let mut kafka = kafka.clone();
-    let set: Vec<String> = kafka
-        .librdkafka_properties()
-        .into_iter()
-        .map(|(key, _)| key)
-        .collect();
-    for (key, value) in [
-        (METADATA_REFRESH, (every_s * 1000.0).round() as i64),
-        (METADATA_MAX_AGE, METADATA_MAX_AGE_MS),
-    ] {
-        if !set.iter().any(|k| k == key) {
-            kafka
-                .properties
-                .insert(key.into(), unicron_bus::config::PropertyValue::Int(value));
-        }
-    }
-    kafka
 }
 
 fn describe_metrics() {
@@ -728,48 +548,6 @@ mod tests {
         assert_eq!(processor.detector.idle_candidates().len(), 1, "grown");
         processor.reassigned(&[agent(0), otlp]).await.unwrap();
         assert!(processor.detector.idle_candidates().is_empty(), "reset");
-    }
-
-    #[test]
-    fn a_connection_loss_holds_the_timers_until_grace_after_the_latest_loss() {
-        let mut hold = OutageHold::new(Duration::from_secs(30), 4);
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        hold.update(4, at(0));
-        assert!(!hold.held(), "no loss yet");
-        hold.update(5, at(1));
-        assert!(hold.held());
-        hold.update(5, at(20));
-        assert!(hold.held());
-        // Another loss within the hold extends it from then.
-        hold.update(7, at(25));
-        hold.update(7, at(54));
-        assert!(hold.held());
-        hold.update_time(at(55));
-        assert!(!hold.held(), "released 30 s after the latest loss");
-    }
-
-    #[test]
-    fn a_zero_grace_never_holds() {
-        let mut hold = OutageHold::new(Duration::ZERO, 0);
-        hold.update(3, Instant::now());
-        assert!(!hold.held());
-    }
-
-    #[test]
-    fn the_lag_guard_holds_beyond_either_bound_and_not_when_off() {
-        let mut guard = LagGuard::new(1_000, 15.0);
-        guard.update(10, 0);
-        assert!(!guard.held());
-        guard.update(1_001, 0);
-        assert!(guard.held(), "records");
-        guard.update(0, 15_001);
-        assert!(guard.held(), "event-time delay");
-        guard.update(0, 14_000);
-        assert!(!guard.held(), "released once caught up");
-        let mut off = LagGuard::new(0, 0.0);
-        off.update(1_000_000, 1_000_000);
-        assert!(!off.held());
     }
 
     /// Offsets of one partition make one range per run; the last record's
