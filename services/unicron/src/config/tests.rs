@@ -1,196 +1,9 @@
-//! The configuration file (`--config FILE`, TOML) with environment overrides.
-//!
-//! Precedence: built-in defaults < file < environment. Environment keys are
-//! `UNICRON_<SECTION>__<KEY>` (double underscore between levels), e.g.
-//! `UNICRON_KAFKA__BROKERS=k1:9092` or `UNICRON_METRICS__LISTEN=0.0.0.0:9898`.
-//! See `deploy/config/unicron.toml` for every key.
+//! The configuration's tests: sections, environment overrides, the
+//! shipped example, and arbitrary input.
 
-use std::net::SocketAddr;
-use std::path::Path;
-
-use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
-use serde::{Deserialize, Serialize};
-use unicron_archiver::ArchiverSettings;
-use unicron_bus::KafkaConfig;
-use unicron_detector::DetectorSettings;
-use unicron_executor::ExecutorSettings;
-use unicron_planner::PlannerSettings;
-use unicron_remote_write::RemoteWriteSettings;
-#[cfg(feature = "simulator")]
-use unicron_simulator::SimConfig;
-
-pub use crate::status::StatusConfig;
-
-/// Sections whose keys the environment may override.
-const ENV_SECTIONS: &[&str] = &[
-    "archiver__",
-    "kafka__",
-    "metrics__",
-    "embedded__",
-    "planner__",
-    "detector__",
-    "executor__",
-    #[cfg(feature = "simulator")]
-    "sim__",
-    "status__",
-    "slurm__",
-    "remote_write__",
-];
-
-/// The whole configuration of the `unicron` binary.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Config {
-    pub kafka: KafkaConfig,
-    pub metrics: MetricsConfig,
-    pub embedded: EmbeddedConfig,
-    pub planner: PlannerSettings,
-    pub detector: DetectorSettings,
-    pub executor: ExecutorSettings,
-    pub agent: unicron_agent::AgentSettings,
-    /// `unicron slurm-watch`: Slurm's node and job state into the cluster topic.
-    pub slurm: unicron_slurm::PollerSettings,
-    /// Only in a binary with the simulator; without it `[sim]` is an unknown section.
-    #[cfg(feature = "simulator")]
-    pub sim: SimConfig,
-    pub archiver: ArchiverSettings,
-    pub status: StatusConfig,
-    /// `unicron remote-write`: a Prometheus remote-write receiver.
-    pub remote_write: RemoteWriteSettings,
-}
-
-/// `[metrics]`: where the Prometheus endpoint listens.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MetricsConfig {
-    /// Address of `GET /metrics` and `GET /healthz`; port 0 picks a free one.
-    pub listen: SocketAddr,
-    /// Serve the endpoint at all.
-    pub enabled: bool,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        MetricsConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9898)),
-            enabled: true,
-        }
-    }
-}
-
-/// `[embedded]`: the in-process broker used when `kafka.brokers` is unset.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct EmbeddedConfig {
-    /// Number of mock brokers.
-    pub brokers: i32,
-}
-
-impl Default for EmbeddedConfig {
-    fn default() -> Self {
-        EmbeddedConfig { brokers: 1 }
-    }
-}
-
-/// A configuration error, in one line that names the field.
-#[derive(Debug, thiserror::Error)]
-#[error("config: {0}")]
-pub struct ConfigError(String);
-
-impl Config {
-    /// Loads defaults, then `file` (if given), then the environment.
-    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
-        let mut figment = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(path) = file {
-            if !path.is_file() {
-                return Err(ConfigError(format!("{}: no such file", path.display())));
-            }
-            figment = figment.merge(Toml::file(path));
-        }
-        figment = figment.merge(
-            Env::prefixed("UNICRON_")
-                .filter(|key| {
-                    let key = key.as_str().to_ascii_lowercase();
-                    ENV_SECTIONS.iter().any(|s| key.starts_with(s))
-                })
-                .split("__"),
-        );
-        let config: Config = figment.extract().map_err(one_line)?;
-        config.validate()?;
-        Ok(config)
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |field: &str, why: &str| Err(ConfigError(format!("{field}: {why}")));
-        if self
-            .kafka
-            .brokers
-            .as_deref()
-            .is_some_and(|b| b.trim().is_empty())
-        {
-            return bad(
-                "kafka.brokers",
-                "empty; leave it unset for the embedded broker",
-            );
-        }
-        if self.kafka.max_record_bytes == 0 {
-            return bad("kafka.max_record_bytes", "must be positive");
-        }
-        if let Err((field, why)) = self.kafka.check_replication() {
-            return bad(field, &why);
-        }
-        let topology = unicron_bus::Topology::builtin();
-        for (topic, &ms) in &self.kafka.retention_ms {
-            let field = format!("kafka.retention_ms.{topic}");
-            if topology.get(topic).is_none() {
-                return bad(&field, "no such topic in topology/topics.toml");
-            }
-            if let Err(why) = unicron_bus::check_retention_ms(ms) {
-                return bad(&field, why);
-            }
-        }
-        if !(1..=16).contains(&self.embedded.brokers) {
-            return bad("embedded.brokers", "must be between 1 and 16");
-        }
-        self.detector
-            .validate()
-            .map_err(|e| ConfigError(e.to_string()))?;
-        // What is set must make sense; what an executor needs (cluster,
-        // backend, keys) is checked when one starts, as services sharing the
-        // file need none of it and `unicron up` supplies some.
-        self.executor
-            .check_given()
-            .map_err(|e| ConfigError(e.to_string()))?;
-        #[cfg(feature = "simulator")]
-        self.sim.validate().map_err(ConfigError)?;
-        self.archiver
-            .validate()
-            .map_err(|e| ConfigError(e.to_string()))?;
-        self.remote_write
-            .validate()
-            .map_err(|e| ConfigError(e.to_string()))?;
-        Ok(())
-    }
-}
-
-/// figment's message names the key path; keep the first error, on one line.
-fn one_line(error: figment::Error) -> ConfigError {
-    let first = error
-        .into_iter()
-        .next()
-        .expect("an error has at least one entry");
-    let mut text = first.to_string();
-    if !first.path.is_empty() && !text.contains(&first.path.join(".")) {
-        text = format!("{}: {text}", first.path.join("."));
-    }
-    ConfigError(text.replace('\n', " "))
-}
-
-#[cfg(test)]
 #[allow(clippy::result_large_err)] // figment::Jail's closure signature
-mod tests {
-    use super::*;
+mod sections {
+    use crate::config::*;
 
     /// Config tests read the process environment, which the env test
     /// changes; Jail serialises them.
@@ -340,10 +153,9 @@ mod tests {
     }
 }
 
-#[cfg(test)]
 #[allow(clippy::result_large_err)] // figment::Jail's closure signature
 mod env_tests {
-    use super::*;
+    use crate::config::*;
 
     #[test]
     fn environment_overrides_file_and_names_bad_fields() {
@@ -368,15 +180,14 @@ mod env_tests {
     }
 }
 
-#[cfg(test)]
 mod example_tests {
-    use super::*;
+    use crate::config::*;
 
     /// The shipped example documents the defaults; keep the two in step.
     #[test]
     fn example_config_loads_and_equals_the_defaults() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/unicron.toml");
-        let loaded = super::tests::jailed(|| Config::load(Some(&path))).unwrap();
+        let loaded = super::sections::jailed(|| Config::load(Some(&path))).unwrap();
         assert_eq!(loaded, Config::default());
     }
 }
@@ -386,10 +197,9 @@ mod example_tests {
 /// then cut or spliced, loads or fails with one line naming the field (or
 /// the line of a syntax error), never a panic. `PROPTEST_CASES=20000 cargo
 /// test -p unicron --bin unicron config::fuzz_tests` is the long run.
-#[cfg(test)]
 #[allow(clippy::result_large_err)] // figment::Jail's closure signature
 mod fuzz_tests {
-    use super::*;
+    use crate::config::*;
     use proptest::prelude::*;
 
     /// Sections of the file, as errors name them.
@@ -546,7 +356,7 @@ mod fuzz_tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("unicron.toml");
         std::fs::write(&path, text).unwrap();
-        let loaded = super::tests::jailed(|| Config::load(Some(&path)));
+        let loaded = super::sections::jailed(|| Config::load(Some(&path)));
         if let Err(e) = loaded {
             let message = e.to_string();
             prop_assert!(!message.contains('\n'), "{message}");
