@@ -573,16 +573,26 @@ fn four_agents_recover_two_real_pytorch_jobs_from_five_faults() {
         }
     }
 
-    // Both jobs reach their last step.
-    wait_for(
-        "both jobs at their last step",
-        Duration::from_secs(400),
-        || {
-            let p = progress(&brokers, started_ms);
-            (p.get("big") == Some(&i64::from(STEPS)) && p.get("small") == Some(&i64::from(STEPS)))
-                .then_some(())
-        },
-    );
+    // Both jobs reach their last step. How long that takes depends on the
+    // machine (CPU training beside a busy build can take many minutes);
+    // what must not happen is training that stops moving.
+    let mut last = BTreeMap::new();
+    let mut moved = std::time::Instant::now();
+    loop {
+        let p = progress(&brokers, started_ms);
+        if p.get("big") == Some(&i64::from(STEPS)) && p.get("small") == Some(&i64::from(STEPS)) {
+            break;
+        }
+        if p != last {
+            last = p;
+            moved = std::time::Instant::now();
+        }
+        assert!(
+            moved.elapsed() < Duration::from_secs(120),
+            "no job moved a step for 120 s short of step {STEPS}: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let final_loss = |job: &str| -> f64 {
         let first = placement(&brokers)[job][0].clone();
         wait_for(
