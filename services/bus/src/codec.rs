@@ -117,7 +117,7 @@ impl<T: AvroRecord> AvroCodec<T> {
     /// through apache-avro, whose error is the one reported.
     pub fn decode(&self, bytes: &[u8]) -> Result<T, DecodeError> {
         if let Ok(datum) = self.strip_header(bytes)
-            && let Some(record) = crate::direct_decode::decode_datum::<T>(datum)
+            && let Some(record) = crate::schemas::decode_datum::<T>(datum)
         {
             return Ok(record);
         }

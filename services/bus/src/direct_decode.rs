@@ -235,16 +235,6 @@ pub fn decode(bytes: &[u8]) -> Result<TelemetryBatch> {
     Ok(batch)
 }
 
-/// `bytes` decoded directly as `T` if `T` is one of the high-volume
-/// records and the bytes are a complete, valid datum of it; `None` sends the
-/// caller to apache-avro.
-pub fn decode_datum<T: crate::schemas::AvroRecord>(bytes: &[u8]) -> Option<T> {
-    let decoder = T::DIRECT_DECODER?;
-    let mut c = Cursor::new(bytes);
-    let record = decoder(&mut c).ok()?;
-    c.is_empty().then_some(record)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,14 +314,20 @@ mod tests {
     fn the_codec_takes_the_direct_path_and_reports_apache_avro_errors() {
         let codec = AvroCodec::<TelemetryBatch>::default();
         let bytes = codec.encode(&batch(3)).unwrap();
-        assert_eq!(decode_datum::<TelemetryBatch>(&bytes), Some(batch(3)));
+        assert_eq!(
+            crate::schemas::decode_datum::<TelemetryBatch>(&bytes),
+            Some(batch(3))
+        );
         assert_eq!(codec.decode(&bytes).unwrap(), batch(3));
         let err = codec
             .decode(&bytes[..bytes.len() - 3])
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("avro TelemetryBatch"), "{err}");
-        assert_eq!(decode_datum::<unicron_core::LogRecord>(&bytes), None);
+        assert_eq!(
+            crate::schemas::decode_datum::<unicron_core::LogRecord>(&bytes),
+            None
+        );
     }
 
     #[test]

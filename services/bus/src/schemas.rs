@@ -104,6 +104,16 @@ pub trait AvroRecord: serde::Serialize + serde::de::DeserializeOwned + 'static {
     const DIRECT_DECODER: Option<DirectDecoder<Self>> = None;
 }
 
+/// `bytes` decoded directly as `T` if `T` is one of the high-volume
+/// records and the bytes are a complete, valid datum of it; `None` sends the
+/// caller to apache-avro.
+pub fn decode_datum<T: AvroRecord>(bytes: &[u8]) -> Option<T> {
+    let decoder = T::DIRECT_DECODER?;
+    let mut c = Cursor::new(bytes);
+    let record = decoder(&mut c).ok()?;
+    c.is_empty().then_some(record)
+}
+
 macro_rules! avro_record {
     ($($t:ident),*) => {
         $(impl AvroRecord for unicron_core::$t {

@@ -6,7 +6,7 @@ use unicron_bus::{AvroCodec, DecodeError, KafkaConfig, PlannerInputs};
 use unicron_core::planner::{Input, InputEvent};
 use unicron_core::{AgentEvent, Command, Decision, LogRecord, TelemetryBatch};
 
-use crate::history::TopicNames;
+use crate::names::TopicNames;
 
 /// A decoded record.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,8 @@
 use serde::Serialize;
 use unicron_core::{Command, CommandResult, Decision, Evidence, FailureEvent};
 
-use crate::history::{History, Recorded, TopicNames};
+use crate::history::{History, Recorded};
+use crate::names::TopicNames;
 
 /// One source record an evidence entry points at.
 #[derive(Debug, Clone, PartialEq, Serialize)]

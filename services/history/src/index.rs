@@ -24,7 +24,7 @@ use unicron_store::{Commit, Store, StoreError, StoreOptions};
 
 use crate::decode::{Decoded, Decoder};
 use crate::explain::{At, Chain, Links, assemble};
-use crate::history::TopicNames;
+use crate::names::TopicNames;
 
 /// Names the directory as an index, so that emptying it never deletes
 /// anything else, and is locked while the index is open. RocksDB is in `db`.

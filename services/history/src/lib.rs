@@ -11,12 +11,14 @@ mod decode;
 pub mod explain;
 mod history;
 mod index;
+mod names;
 pub mod replay;
 
 pub use decode::{Decoded, Decoder};
 pub use explain::{Chain, Source};
-pub use history::{History, HistoryError, Origin, Recorded, TopicNames};
+pub use history::{History, HistoryError, Origin, Recorded};
 pub use index::{ExplainIndex, IndexError, Indexed};
+pub use names::TopicNames;
 
 #[cfg(test)]
 mod tests;

@@ -22,25 +22,10 @@ use unicron_runtime::{Outgoing, Published};
 use unicron_store::Store;
 
 use crate::error::PlannerError;
-use crate::service::state_key;
+use crate::stored::{clusters_of, state_key};
 
 /// Room left in a record for everything but the state chunk.
 const RECORD_OVERHEAD: usize = 64 * 1024;
-
-/// The store key listing `cluster` under input `partition`.
-pub(crate) fn index_key(partition: i32, cluster: &str) -> Vec<u8> {
-    format!("partition/{partition}/{cluster}").into_bytes()
-}
-
-/// The clusters stored under input `partition`, in order.
-pub(crate) fn clusters_of(store: &Store, partition: i32) -> Result<Vec<String>, PlannerError> {
-    let prefix = format!("partition/{partition}/");
-    Ok(store
-        .state_with_prefix(prefix.as_bytes())?
-        .into_iter()
-        .filter_map(|(key, _)| String::from_utf8(key[prefix.len()..].to_vec()).ok())
-        .collect())
-}
 
 /// Names of the topics a checkpoint involves.
 #[derive(Debug, Clone)]

@@ -8,6 +8,7 @@ mod checkpoint;
 mod error;
 mod service;
 mod settings;
+mod stored;
 mod takeover;
 
 pub use error::PlannerError;

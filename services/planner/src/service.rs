@@ -8,16 +8,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use unicron_bus::{DecodeError, InboundRecord, KafkaConfig, PlannerInputs, Subscription, Topic};
-use unicron_core::planner::{ClusterState, Input, InputEvent, Output, Planner};
+use unicron_core::planner::{Input, InputEvent, Output, Planner};
 use unicron_core::signing::CommandSigner;
 use unicron_runtime::{
     Applied, Durability, Never, Outgoing, Processor, Published, RuntimeOptions, StartFrom, Step,
 };
 use unicron_store::{Store, StoreOptions};
 
-use crate::checkpoint::{Cadence, CheckpointTopics, Checkpoints, index_key};
+use crate::checkpoint::{Cadence, CheckpointTopics, Checkpoints};
 use crate::error::PlannerError;
 use crate::settings::PlannerSettings;
+use crate::stored::{index_key, load_cluster, state_key};
 
 const SERVICE: &str = "planner";
 
@@ -48,35 +49,6 @@ impl Topics {
             })
         })
     }
-}
-
-pub(crate) fn state_key(cluster: &str) -> Vec<u8> {
-    format!("cluster/{cluster}").into_bytes()
-}
-
-/// Loads `cluster`'s stored state into `planner` unless it has it already.
-pub(crate) fn load_cluster(
-    planner: &mut Planner,
-    stored: impl FnOnce(&[u8]) -> Result<Option<Vec<u8>>, unicron_store::StoreError>,
-    cluster: &str,
-) -> Result<(), PlannerError> {
-    if cluster.is_empty() || planner.cluster(cluster).is_some() {
-        return Ok(());
-    }
-    if let Some(bytes) = stored(&state_key(cluster))? {
-        let state: ClusterState =
-            serde_json::from_slice(&bytes).map_err(|e| PlannerError::CorruptState {
-                cluster: cluster.to_string(),
-                reason: e.to_string(),
-            })?;
-        planner
-            .restore(state)
-            .map_err(|reason| PlannerError::CorruptState {
-                cluster: cluster.to_string(),
-                reason,
-            })?;
-    }
-    Ok(())
 }
 
 /// Runs the planner until `shutdown` completes or an unrecoverable error.

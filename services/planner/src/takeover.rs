@@ -25,9 +25,9 @@ use unicron_core::planner::{Input, InputEvent, Planner};
 use unicron_core::{Decision, PlannerCheckpoint};
 use unicron_store::{Commit, Store};
 
-use crate::checkpoint::{Checkpoints, clusters_of, index_key};
+use crate::checkpoint::Checkpoints;
 use crate::error::PlannerError;
-use crate::service::{load_cluster, state_key};
+use crate::stored::{clusters_of, index_key, load_cluster, state_key};
 
 /// Wanted chunk offsets this close are read in one run.
 const CHUNK_GAP: i64 = 16;

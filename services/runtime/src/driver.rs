@@ -13,9 +13,9 @@ use unicron_store::{Commit, OutboxEntry, Store};
 
 use crate::error::RuntimeError;
 use crate::io::{Sink, Source};
+use crate::options::{Durability, OnStop, RuntimeOptions};
 use crate::outbox::{Published, drain, outbound, send};
 use crate::processor::{Act, Applied, BusStatus, Outgoing, Processor, Reading};
-use crate::runtime::{Durability, OnStop, RuntimeOptions};
 use crate::step::{Staged, Step};
 
 /// The most records applied before one commit. Records that are already

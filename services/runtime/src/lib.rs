@@ -15,6 +15,7 @@ mod error;
 mod io;
 mod kafka;
 mod membership;
+mod options;
 mod outbox;
 mod processor;
 mod runtime;
@@ -25,11 +26,12 @@ pub use error::RuntimeError;
 pub use io::{Positions, Sink, Source};
 pub use kafka::KafkaSource;
 pub use membership::Membership;
+pub use options::{Durability, OnStop, RuntimeOptions, StartFrom};
 pub use outbox::{Published, drain};
 pub use processor::{
     Act, Applied, BatchEnd, BusStatus, Never, Outgoing, Processor, Reading, Settled,
 };
-pub use runtime::{Durability, OnStop, RuntimeOptions, StartFrom, run};
+pub use runtime::run;
 pub use step::Step;
 /// The store a stateful processor keeps (from [`Durability::opened`]).
 pub use unicron_store::Store;

@@ -7,8 +7,10 @@
 //! work (docs/design.md §4): after a crash, state and offsets agree, and the outbox
 //! still holds whatever was not yet published.
 
+mod error;
 mod outbox;
 mod store;
 
+pub use error::StoreError;
 pub use outbox::{OutboxEntry, OutboxKey};
-pub use store::{Commit, KeyValue, Store, StoreError, StoreOptions};
+pub use store::{Commit, KeyValue, Store, StoreOptions};

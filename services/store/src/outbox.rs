@@ -1,6 +1,6 @@
 //! Outbox entries: records to publish, stored until Kafka acknowledges them.
 
-use crate::store::StoreError;
+use crate::error::StoreError;
 
 /// Position of an entry in the outbox; entries drain in key order, which is
 /// commit order.

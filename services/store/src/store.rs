@@ -5,6 +5,7 @@ use rocksdb::{
     ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions,
 };
 
+use crate::error::StoreError;
 use crate::outbox::{OutboxEntry, OutboxKey};
 
 const CF_STATE: &str = "state";
@@ -15,15 +16,6 @@ const FAMILIES: [&str; 4] = [CF_STATE, CF_OFFSETS, CF_OUTBOX, CF_DEDUPE];
 
 /// The write-ahead log's cap (see `Store::open`).
 const MAX_TOTAL_WAL_BYTES: u64 = 64 * 1024 * 1024;
-
-/// Errors of the store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("rocksdb: {0}")]
-    Rocks(#[from] rocksdb::Error),
-    #[error("corrupt store: {0}")]
-    Corrupt(String),
-}
 
 /// A key and its value.
 pub type KeyValue = (Vec<u8>, Vec<u8>);

@@ -8,9 +8,9 @@ use anyhow::Context;
 use clap::Args;
 use unicron_agent::{AgentSettings, JobSettings, SlurmStep};
 
-use crate::cli::UsageError;
 use crate::config::Config;
 use crate::services::Stop;
+use crate::usage::UsageError;
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {

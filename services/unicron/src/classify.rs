@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use serde::Serialize;
 use unicron_core::detector::LogRules;
 
-use crate::cli::UsageError;
 use crate::config::Config;
+use crate::usage::UsageError;
 
 #[derive(Serialize)]
 struct Verdict<'a> {

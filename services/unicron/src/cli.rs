@@ -33,9 +33,9 @@ pub enum Command {
     },
     #[cfg(feature = "simulator")]
     /// Run the whole loop on one machine: broker (embedded unless --brokers), topics, simulator, detector, planner, executor.
-    Up(UpArgs),
+    Up(crate::up::UpArgs),
     /// Run the planner service against `kafka.brokers` (needs planner.signing_key_file).
-    Planner(StatusArgs),
+    Planner(crate::status::StatusArgs),
     /// Run the detector service against `kafka.brokers`.
     Detector,
     /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.cluster, .backend and .public_keys).
@@ -50,12 +50,12 @@ pub enum Command {
     Archiver,
     /// Receive Prometheus remote write (dcgm-exporter's series) on POST /api/v1/write and
     /// publish it to the telemetry topic of `kafka.brokers` (docs/remote-write.md).
-    RemoteWrite(RemoteWriteArgs),
+    RemoteWrite(crate::services::RemoteWriteArgs),
     #[cfg(feature = "simulator")]
     /// Run the simulated cluster against `kafka.brokers` until Ctrl-C or --duration.
     Sim {
         /// Stop after this much real time and print the summary.
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        #[arg(long, value_parser = crate::up::parse_duration, value_name = "DURATION")]
         duration: Option<Duration>,
         /// Write the ground-truth summary as JSON to this file at the end.
         #[arg(long, value_name = "FILE")]
@@ -89,11 +89,6 @@ pub enum Command {
     },
 }
 
-/// Bad input from the operator (a file, a flag): exit code 2, one line.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
     /// Print every topic of the topology as a table.
@@ -120,105 +115,6 @@ pub enum KeysCommand {
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
     },
-}
-
-/// `unicron remote-write`'s flags, over `[remote_write]`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct RemoteWriteArgs {
-    /// Listen on this address (default `remote_write.listen`, 127.0.0.1:9201).
-    // A string, parsed by the command: a bad one is then one line, exit 2.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub listen: Option<String>,
-}
-
-/// Where the status page listens, overriding `[status]`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct StatusArgs {
-    /// Serve the status page on this address (default `status.listen`, 127.0.0.1:8080).
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "no_status")]
-    pub status: Option<std::net::SocketAddr>,
-    /// Do not serve the status page.
-    #[arg(long)]
-    pub no_status: bool,
-}
-
-impl StatusArgs {
-    /// The address to serve the page on, if any.
-    pub fn listen(&self, config: &crate::config::StatusConfig) -> Option<std::net::SocketAddr> {
-        if self.no_status || (!config.enabled && self.status.is_none()) {
-            None
-        } else {
-            Some(self.status.unwrap_or(config.listen))
-        }
-    }
-}
-
-#[cfg(feature = "simulator")]
-#[derive(Debug, clap::Args)]
-pub struct UpArgs {
-    /// Use this Kafka instead of the embedded broker.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub brokers: Option<String>,
-    /// Stop after this long (e.g. 90s, 10m, 2h) of real time instead of at Ctrl-C.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-    pub duration: Option<Duration>,
-    /// Write the end-of-run summary as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    pub summary_json: Option<PathBuf>,
-    /// Run the services without the simulator (external producers feed them).
-    #[arg(long)]
-    pub no_sim: bool,
-    /// Simulated nodes (8 GPUs each by default); overrides sim.nodes.
-    #[arg(long, value_name = "N")]
-    pub sim_nodes: Option<u32>,
-    /// Simulated training jobs; overrides sim.jobs.
-    #[arg(long, value_name = "N")]
-    pub sim_jobs: Option<u32>,
-    /// Simulated seconds per real second; overrides sim.speed.
-    #[arg(long, value_name = "X")]
-    pub speed: Option<f64>,
-    /// Seed of the simulation: the same seed gives the same run; overrides sim.seed.
-    #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
-    /// Inject failures from this CSV (time_s,node,kind) instead of the taxonomy mix.
-    #[arg(long, value_name = "FILE", conflicts_with = "paper_rate")]
-    pub trace: Option<PathBuf>,
-    /// Inject random failures at the paper setting's rate (one per 256
-    /// GPU-hours, assumed) instead of the demonstration's failure every four
-    /// simulated minutes (30x that rate on 128 GPUs).
-    #[arg(long)]
-    pub paper_rate: bool,
-    /// Service logs on the terminal instead of the run directory's unicron.log.
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// Archive every topic into this directory (default: a new run-<time>
-    /// directory under `archiver.dir` on the embedded broker).
-    #[arg(long, value_name = "DIR", conflicts_with = "no_archive")]
-    pub archive: Option<PathBuf>,
-    /// Do not run the archiver.
-    #[arg(long)]
-    pub no_archive: bool,
-    #[command(flatten)]
-    pub status: StatusArgs,
-}
-
-#[cfg(feature = "simulator")]
-/// `90`, `90s`, `10m` or `2h`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 90s, 10m or 2h"))?;
-    let seconds = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("`{text}`: unit must be s, m or h")),
-    };
-    Ok(Duration::from_secs(seconds))
 }
 
 /// Runs `command`; `config_given`: the configuration came from `--config`.
@@ -266,6 +162,7 @@ mod tests {
     #[cfg(feature = "simulator")]
     #[test]
     fn durations_parse_with_units() {
+        use crate::up::parse_duration;
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use unicron_simulator::evaluate::{self, Evaluation};
 
-use crate::cli::UsageError;
+use crate::usage::UsageError;
 
 #[derive(Debug, clap::Args)]
 pub struct EvaluateArgs {

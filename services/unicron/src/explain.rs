@@ -7,9 +7,9 @@ use unicron_core::planner::InputEvent;
 use unicron_core::status::{INCIDENTS, Incident, IncidentLog, Record};
 use unicron_history::{Chain, History, TopicNames};
 
-use crate::cli::UsageError;
 use crate::config::Config;
 use crate::history::HistoryArgs;
+use crate::usage::UsageError;
 
 #[derive(Debug, clap::Args)]
 pub struct ExplainArgs {

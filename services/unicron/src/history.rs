@@ -23,7 +23,7 @@ impl HistoryArgs {
     pub fn origin<'a>(
         &'a self,
         kafka: &'a KafkaConfig,
-    ) -> Result<Origin<'a>, crate::cli::UsageError> {
+    ) -> Result<Origin<'a>, crate::usage::UsageError> {
         match (&self.from_archive, self.from_kafka) {
             (Some(dir), _) => Ok(Origin::Archive(dir)),
             (None, true) => {
@@ -32,7 +32,7 @@ impl HistoryArgs {
                     .clone()
                     .or_else(|| kafka.brokers.clone())
                     .ok_or_else(|| {
-                        crate::cli::UsageError(
+                        crate::usage::UsageError(
                             "--from-kafka needs --brokers or kafka.brokers".into(),
                         )
                     })?;
@@ -41,7 +41,7 @@ impl HistoryArgs {
                     brokers,
                 })
             }
-            (None, false) => Err(crate::cli::UsageError(
+            (None, false) => Err(crate::usage::UsageError(
                 "say where the history is: --from-kafka or --from-archive DIR".into(),
             )),
         }

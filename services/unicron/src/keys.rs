@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::Context;
 use unicron_planner::PlannerSettings;
 
-use crate::cli::UsageError;
+use crate::usage::UsageError;
 
 /// Writes a new seed to `out` (mode 0600, never over an existing file) and
 /// prints its public key.

@@ -22,6 +22,7 @@ mod status;
 mod topics;
 #[cfg(feature = "simulator")]
 mod up;
+mod usage;
 
 use std::process::ExitCode;
 
@@ -67,7 +68,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
-            if e.downcast_ref::<cli::UsageError>().is_some() {
+            if e.downcast_ref::<usage::UsageError>().is_some() {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

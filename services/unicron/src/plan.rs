@@ -5,7 +5,7 @@ use std::path::Path;
 
 use unicron_core::allocation::PlanRequest;
 
-use crate::cli::UsageError;
+use crate::usage::UsageError;
 
 pub fn run(input: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(input)

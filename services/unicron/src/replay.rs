@@ -9,9 +9,9 @@ use unicron_core::planner::PolicyName;
 use unicron_history::replay::{Options, Report, Setup, parse_policy};
 use unicron_history::{History, TopicNames};
 
-use crate::cli::UsageError;
 use crate::config::Config;
 use crate::history::HistoryArgs;
+use crate::usage::UsageError;
 
 #[derive(Debug, clap::Args)]
 pub struct ReplayArgs {

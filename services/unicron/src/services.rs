@@ -82,7 +82,7 @@ pub async fn serve_metrics(
     // A taken or invalid address is the operator's to fix: exit 2.
     let server = unicron_bus::metrics::serve(listen)
         .await
-        .map_err(|e| crate::cli::UsageError(format!("metrics.listen: {e}")))?;
+        .map_err(|e| crate::usage::UsageError(format!("metrics.listen: {e}")))?;
     println!(
         "metrics: http://{}/metrics{}",
         server.addr,
@@ -97,7 +97,7 @@ pub async fn serve_metrics(
 /// `status.index_dir` is set.
 pub async fn serve_status(
     config: &Config,
-    args: &crate::cli::StatusArgs,
+    args: &crate::status::StatusArgs,
     brokers: &str,
     may_move: bool,
     run_dir: Option<&std::path::Path>,
@@ -149,13 +149,22 @@ fn moved_note(moved: Option<u16>) -> String {
     moved.map_or(String::new(), |port| format!(" (port {port} is in use)"))
 }
 
+/// `unicron remote-write`'s flags, over `[remote_write]`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RemoteWriteArgs {
+    /// Listen on this address (default `remote_write.listen`, 127.0.0.1:9201).
+    // A string, parsed by the command: a bad one is then one line, exit 2.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+}
+
 /// `unicron planner`: the planner against an existing Kafka, until Ctrl-C.
-pub async fn planner(config: &Config, status: &crate::cli::StatusArgs) -> anyhow::Result<()> {
+pub async fn planner(config: &Config, status: &crate::status::StatusArgs) -> anyhow::Result<()> {
     let (stop, brokers) = deployed(config, "planner")?;
     let signer = config
         .planner
         .signer()
-        .map_err(|e| crate::cli::UsageError(format!("config: {e}")))?;
+        .map_err(|e| crate::usage::UsageError(format!("config: {e}")))?;
     println!(
         "planner: group {} on {brokers}, key {}",
         config.planner.group_id, config.planner.key_id
@@ -215,7 +224,7 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
     config
         .executor
         .validate()
-        .map_err(|e| crate::cli::UsageError(format!("config: {e}")))?;
+        .map_err(|e| crate::usage::UsageError(format!("config: {e}")))?;
     println!(
         "executor: cluster {} as {}, group {} on {brokers}",
         config.executor.cluster,
@@ -287,10 +296,7 @@ pub async fn archiver(config: &Config) -> anyhow::Result<()> {
 
 /// `unicron remote-write`: Prometheus remote write into the telemetry
 /// topic, until Ctrl-C.
-pub async fn remote_write(
-    config: &Config,
-    args: &crate::cli::RemoteWriteArgs,
-) -> anyhow::Result<()> {
+pub async fn remote_write(config: &Config, args: &RemoteWriteArgs) -> anyhow::Result<()> {
     let (stop, brokers) = deployed(config, "remote-write")?;
     let mut settings = config.remote_write.clone();
     let what = match &args.listen {
@@ -305,7 +311,7 @@ pub async fn remote_write(
         .map_err(|e| match e {
             // A taken or unusable address is the operator's to fix: exit 2.
             unicron_remote_write::RemoteWriteError::Listen { .. } => {
-                anyhow::Error::new(crate::cli::UsageError(format!("{what}: {e}")))
+                anyhow::Error::new(crate::usage::UsageError(format!("{what}: {e}")))
             }
             other => anyhow::Error::new(other).context("remote-write"),
         })?;
@@ -325,7 +331,7 @@ pub async fn remote_write(
 /// `HOST:PORT` of `--listen`, a name resolved to its first address.
 fn parse_listen(text: &str) -> anyhow::Result<SocketAddr> {
     use std::net::ToSocketAddrs;
-    let usage = |why: String| crate::cli::UsageError(format!("--listen `{text}`: {why}"));
+    let usage = |why: String| crate::usage::UsageError(format!("--listen `{text}`: {why}"));
     if let Ok(addr) = text.parse() {
         return Ok(addr);
     }

@@ -5,9 +5,9 @@
 use anyhow::Context;
 use clap::Args;
 
-use crate::cli::UsageError;
 use crate::config::Config;
 use crate::services::Stop;
+use crate::usage::UsageError;
 
 #[derive(Debug, Args)]
 pub struct SlurmWatchArgs {

@@ -15,7 +15,6 @@ use unicron_executor::{BackendSettings, ExecutorSettings};
 use unicron_simulator::config::DEMO_MTBF_S;
 use unicron_simulator::{Arrivals, Progress, SimConfig, Summary};
 
-use crate::cli::UpArgs;
 use crate::config::Config;
 use crate::service_set::{ServiceSet, StopOrder};
 
@@ -29,6 +28,54 @@ const SETTLE: Duration = Duration::from_secs(2);
 
 /// How long each service gets to stop once told to.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// Use this Kafka instead of the embedded broker.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub brokers: Option<String>,
+    /// Stop after this long (e.g. 90s, 10m, 2h) of real time instead of at Ctrl-C.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Option<Duration>,
+    /// Write the end-of-run summary as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<PathBuf>,
+    /// Run the services without the simulator (external producers feed them).
+    #[arg(long)]
+    pub no_sim: bool,
+    /// Simulated nodes (8 GPUs each by default); overrides sim.nodes.
+    #[arg(long, value_name = "N")]
+    pub sim_nodes: Option<u32>,
+    /// Simulated training jobs; overrides sim.jobs.
+    #[arg(long, value_name = "N")]
+    pub sim_jobs: Option<u32>,
+    /// Simulated seconds per real second; overrides sim.speed.
+    #[arg(long, value_name = "X")]
+    pub speed: Option<f64>,
+    /// Seed of the simulation: the same seed gives the same run; overrides sim.seed.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Inject failures from this CSV (time_s,node,kind) instead of the taxonomy mix.
+    #[arg(long, value_name = "FILE", conflicts_with = "paper_rate")]
+    pub trace: Option<PathBuf>,
+    /// Inject random failures at the paper setting's rate (one per 256
+    /// GPU-hours, assumed) instead of the demonstration's failure every four
+    /// simulated minutes (30x that rate on 128 GPUs).
+    #[arg(long)]
+    pub paper_rate: bool,
+    /// Service logs on the terminal instead of the run directory's unicron.log.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Archive every topic into this directory (default: a new run-<time>
+    /// directory under `archiver.dir` on the embedded broker).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_archive")]
+    pub archive: Option<PathBuf>,
+    /// Do not run the archiver.
+    #[arg(long)]
+    pub no_archive: bool,
+    #[command(flatten)]
+    pub status: crate::status::StatusArgs,
+}
 
 pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
     let topology = Topology::builtin();
@@ -67,7 +114,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             let reports = ensure_topics(&config.kafka, &brokers, &topology)
                 .await
                 .map_err(|e| {
-                    crate::cli::UsageError(format!(
+                    crate::usage::UsageError(format!(
                         "{named} {brokers}: cannot create unicron's topics there: {}",
                         crate::one_line(&anyhow::Error::from(e))
                     ))
@@ -225,7 +272,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         config
             .slurm
             .validate()
-            .map_err(|e| crate::cli::UsageError(format!("config: {e}")))?;
+            .map_err(|e| crate::usage::UsageError(format!("config: {e}")))?;
         println!(
             "slurm-watch: cluster {} every {}s",
             config.slurm.cluster, config.slurm.poll_interval_s
@@ -469,10 +516,10 @@ fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig
         sim.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     }
     sim.validate()
-        .map_err(|e| crate::cli::UsageError(e.replace("sim.nodes", "--sim-nodes / sim.nodes")))?;
+        .map_err(|e| crate::usage::UsageError(e.replace("sim.nodes", "--sim-nodes / sim.nodes")))?;
     if let Some(trace) = &sim.trace {
         unicron_simulator::faults::read_trace(trace)
-            .map_err(|e| crate::cli::UsageError(format!("sim.trace: {e}")))?;
+            .map_err(|e| crate::usage::UsageError(format!("sim.trace: {e}")))?;
     }
     Ok(Some(sim))
 }
@@ -496,4 +543,22 @@ fn run_dir(config: &Config, args: &UpArgs, embedded: bool) -> PathBuf {
 fn write_summary(path: &std::path::Path, summary: &Summary) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(summary).expect("summary serialises");
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// `90`, `90s`, `10m` or `2h`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration like 90s, 10m or 2h"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("`{text}`: unit must be s, m or h")),
+    };
+    Ok(Duration::from_secs(seconds))
 }

@@ -6,7 +6,7 @@
 //! See `deploy/config/unicron.toml` for every key.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -19,8 +19,6 @@ use unicron_planner::PlannerSettings;
 use unicron_remote_write::RemoteWriteSettings;
 #[cfg(feature = "simulator")]
 use unicron_simulator::SimConfig;
-
-pub use crate::status::StatusConfig;
 
 /// Sections whose keys the environment may override.
 const ENV_SECTIONS: &[&str] = &[
@@ -185,6 +183,30 @@ fn one_line(error: figment::Error) -> ConfigError {
         text = format!("{}: {text}", first.path.join("."));
     }
     ConfigError(text.replace('\n', " "))
+}
+
+/// `[status]`: the status page.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusConfig {
+    /// Address of the page and its API; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Serve the page at all (`unicron up` and `unicron planner`).
+    pub enabled: bool,
+    /// RocksDB directory of the explain index, a cache of the log emptied
+    /// when the page starts. `unicron up` uses its run's state directory
+    /// unless this is set.
+    pub index_dir: PathBuf,
+}
+
+impl Default for StatusConfig {
+    fn default() -> Self {
+        StatusConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            enabled: true,
+            index_dir: PathBuf::from("unicron-state/status"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 mod feed;
 
 use std::net::SocketAddr;
-use std::path::{Path as FsPath, PathBuf};
+use std::path::Path as FsPath;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, Query, State};
@@ -25,8 +25,9 @@ use tokio::task::JoinHandle;
 use unicron_bus::KafkaConfig;
 use unicron_core::planner::PlannerConfig;
 use unicron_core::status::{ClusterSummary, ClusterView, Entry, INCIDENTS, Incident, StatusView};
-
 use unicron_history::{Chain, ExplainIndex, TopicNames};
+
+use crate::config::StatusConfig;
 
 const PAGE: &str = include_str!("page.html");
 /// Most timeline entries one poll returns.
@@ -34,26 +35,24 @@ const MAX_ENTRIES: usize = 500;
 /// Incidents one poll returns unless it asks for another number.
 const DEFAULT_INCIDENTS: usize = 100;
 
-/// `[status]`: the status page.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StatusConfig {
-    /// Address of the page and its API; port 0 picks a free one.
-    pub listen: SocketAddr,
-    /// Serve the page at all (`unicron up` and `unicron planner`).
-    pub enabled: bool,
-    /// RocksDB directory of the explain index, a cache of the log emptied
-    /// when the page starts. `unicron up` uses its run's state directory
-    /// unless this is set.
-    pub index_dir: PathBuf,
+/// Where the status page listens, overriding `[status]`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StatusArgs {
+    /// Serve the status page on this address (default `status.listen`, 127.0.0.1:8080).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "no_status")]
+    pub status: Option<std::net::SocketAddr>,
+    /// Do not serve the status page.
+    #[arg(long)]
+    pub no_status: bool,
 }
 
-impl Default for StatusConfig {
-    fn default() -> Self {
-        StatusConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            enabled: true,
-            index_dir: PathBuf::from("unicron-state/status"),
+impl StatusArgs {
+    /// The address to serve the page on, if any.
+    pub fn listen(&self, config: &StatusConfig) -> Option<std::net::SocketAddr> {
+        if self.no_status || (!config.enabled && self.status.is_none()) {
+            None
+        } else {
+            Some(self.status.unwrap_or(config.listen))
         }
     }
 }
@@ -101,10 +100,10 @@ pub async fn start(
     let view = Arc::new(Mutex::new(StatusView::new(tuning)));
     let index = Arc::new(
         ExplainIndex::open(index_dir, TopicNames::new(kafka))
-            .map_err(|e| crate::cli::UsageError(format!("status.index_dir: {e}")))?,
+            .map_err(|e| crate::usage::UsageError(format!("status.index_dir: {e}")))?,
     );
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
-        crate::cli::UsageError(format!("status.listen: cannot listen on {listen}: {e}"))
+        crate::usage::UsageError(format!("status.listen: cannot listen on {listen}: {e}"))
     })?;
     let addr = listener.local_addr()?;
     let state = AppState {
