@@ -26,7 +26,7 @@ fn cluster() -> Option<(std::sync::MutexGuard<'static, ()>, KafkaCluster)> {
 }
 
 fn payloads(kafka: &KafkaConfig, brokers: &str, topic: &str, partition: i32) -> Vec<Vec<u8>> {
-    unicron_bus::history::read_topic(kafka, brokers, topic)
+    unicron_bus::whole_topic::read_topic(kafka, brokers, topic)
         .unwrap()
         .into_iter()
         .filter(|r| r.partition == partition)
@@ -156,7 +156,7 @@ fn debian_kcat_writes_and_reads_unicron_topics() {
         writeln!(stdin, "{}", lines.join("\n")).unwrap();
     }
     assert!(child.wait().unwrap().success(), "kcat -P failed");
-    let mut read: Vec<String> = unicron_bus::history::read_topic(&kafka, &brokers, &logs)
+    let mut read: Vec<String> = unicron_bus::whole_topic::read_topic(&kafka, &brokers, &logs)
         .unwrap()
         .into_iter()
         .map(|r| {

@@ -98,7 +98,7 @@ mod tests {
     use std::io::Write;
 
     use super::*;
-    use crate::report::Outgoing;
+    use crate::report::Reported;
     use crate::settings::AgentSettings;
 
     #[tokio::test]
@@ -125,7 +125,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        let Outgoing::Log(record) = got else {
+        let Reported::Log(record) = got else {
             panic!("not a log record: {got:?}")
         };
         assert_eq!(
@@ -135,7 +135,7 @@ mod tests {
         assert_eq!(record.node, "n1");
         // The partial line waits until it is whole.
         writeln!(file, " line").unwrap();
-        let Some(Outgoing::Log(next)) = tokio::time::timeout(Duration::from_secs(5), queue.recv())
+        let Some(Reported::Log(next)) = tokio::time::timeout(Duration::from_secs(5), queue.recv())
             .await
             .unwrap()
         else {

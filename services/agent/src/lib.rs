@@ -141,7 +141,7 @@ pub async fn run(
     // Its silence from now on is on purpose, not a node loss. (A killed
     // agent says nothing, and is found lost by its missing heartbeats.)
     let leaving = reporter.event(unicron_core::AgentEventKind::Leaving, None, None);
-    reporter.send(report::Outgoing::Agent(leaving));
+    reporter.send(report::Reported::Agent(leaving));
     tracing::info!(stopped, dropped = reporter.dropped(), "agent stopped");
     drop(processor);
     drop(supervisor);
@@ -166,7 +166,7 @@ async fn heartbeats(
         tokio::select! {
             _ = beat.tick() => {
                 let event = reporter.event(unicron_core::AgentEventKind::Heartbeat, job.as_deref(), None);
-                reporter.send(report::Outgoing::Agent(event));
+                reporter.send(report::Reported::Agent(event));
             }
             _ = poll.tick() => {
                 if let Ok(mut s) = supervisor.try_lock() {

@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use unicron_core::AgentEventKind;
 
 use crate::progress::ProgressTracker;
-use crate::report::{Outgoing, Reporter};
+use crate::report::{Reported, Reporter};
 
 /// Which of the agent's own streams a worker stream passes through to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,7 @@ pub async fn follow(stream: impl AsyncRead + Unpin, which: Stream, mut ctx: Line
             );
             event.iteration = Some(progress.iteration);
             event.iteration_time_ms = progress.time_ms;
-            ctx.reporter.send(Outgoing::Agent(event));
+            ctx.reporter.send(Reported::Agent(event));
             let first = ctx.first_step.lock().ok().and_then(|mut f| f.take());
             if let Some(first) = first {
                 first();

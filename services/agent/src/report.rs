@@ -22,7 +22,7 @@ const IN_FLIGHT: usize = 1024;
 
 /// One record for the bus.
 #[derive(Debug, Clone)]
-pub enum Outgoing {
+pub enum Reported {
     Log(LogRecord),
     Agent(AgentEvent),
     Cluster(ClusterEvent),
@@ -40,13 +40,13 @@ pub fn now_ms() -> i64 {
 pub struct Reporter {
     cluster: String,
     node: String,
-    queue: mpsc::Sender<Outgoing>,
+    queue: mpsc::Sender<Reported>,
     dropped: AtomicU64,
 }
 
 impl Reporter {
     /// A reporter and the receiving end for [`send_all`].
-    pub fn new(settings: &AgentSettings) -> (Arc<Reporter>, mpsc::Receiver<Outgoing>) {
+    pub fn new(settings: &AgentSettings) -> (Arc<Reporter>, mpsc::Receiver<Reported>) {
         let (queue, receiver) = mpsc::channel(settings.buffer_records);
         let reporter = Reporter {
             cluster: settings.cluster.clone(),
@@ -58,7 +58,7 @@ impl Reporter {
     }
 
     /// Queues `record`, or drops and counts it when the queue is full.
-    pub fn send(&self, record: Outgoing) {
+    pub fn send(&self, record: Reported) {
         if self.queue.try_send(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             metrics::counter!("unicron_agent_records_dropped_total").increment(1);
@@ -83,7 +83,7 @@ impl Reporter {
     pub fn worker(&self, job: &str, rank: i32, report: WorkerReport) {
         let mut event = self.event(AgentEventKind::Unknown, Some(job), Some(rank));
         event.worker = Some(report);
-        self.send(Outgoing::Agent(event));
+        self.send(Reported::Agent(event));
     }
 
     /// A line of this node's output.
@@ -95,7 +95,7 @@ impl Reporter {
         line: String,
         attributes: BTreeMap<String, String>,
     ) {
-        self.send(Outgoing::Log(LogRecord {
+        self.send(Reported::Log(LogRecord {
             cluster: self.cluster.clone(),
             node: self.node.clone(),
             time_ms: now_ms(),
@@ -120,13 +120,13 @@ impl Reporter {
         joined.gpus = Some(settings.gpus as i32);
         joined.address = Some(settings.address());
         joined.snapshot_address = snapshot_address;
-        self.send(Outgoing::Cluster(joined));
+        self.send(Reported::Cluster(joined));
         for job in &settings.jobs {
             let mut submitted = self.cluster_event(ClusterEventKind::JobSubmitted);
             submitted.job_id = Some(job.id.clone());
             submitted.job = Some(job.spec(settings.gpus));
             submitted.launch = Some(job.launch());
-            self.send(Outgoing::Cluster(submitted));
+            self.send(Reported::Cluster(submitted));
         }
     }
 }
@@ -136,7 +136,7 @@ impl Reporter {
 pub async fn send_all(
     kafka: &KafkaConfig,
     producer: Arc<Producer>,
-    mut queue: mpsc::Receiver<Outgoing>,
+    mut queue: mpsc::Receiver<Reported>,
 ) {
     let topics = Topics::new(kafka);
     let name = |topic| Arc::<str>::from(topics.name(topic));
@@ -149,13 +149,13 @@ pub async fn send_all(
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     while let Some(record) = queue.recv().await {
         let encoded = match &record {
-            Outgoing::Log(r) => log_codec
+            Reported::Log(r) => log_codec
                 .encode(r)
                 .map(|p| (logs.clone(), r.node.clone(), p)),
-            Outgoing::Agent(e) => agent_codec
+            Reported::Agent(e) => agent_codec
                 .encode(e)
                 .map(|p| (agent.clone(), e.node.clone(), p)),
-            Outgoing::Cluster(e) => cluster_codec
+            Reported::Cluster(e) => cluster_codec
                 .encode(e)
                 .map(|p| (cluster.clone(), e.cluster.clone(), p)),
         };

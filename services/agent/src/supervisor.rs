@@ -21,7 +21,7 @@ use unicron_core::{AgentEventKind, ClusterEventKind, WorkerChange, WorkerReport}
 use crate::output::{FirstStep, LineContext, Stream, follow};
 use crate::procfs;
 use crate::progress::{ProgressPatterns, ProgressTracker};
-use crate::report::{Outgoing, Reporter};
+use crate::report::{Reported, Reporter};
 use crate::settings::{AgentSettings, JobSettings};
 use crate::snapshot::Snapshots;
 
@@ -232,7 +232,7 @@ impl Supervisor {
                 });
             }
             tracing::info!(job = %job_id, rank, pid, ?code, ?signal, stopped_by = ?stopper, "worker exited");
-            reporter.send(Outgoing::Agent(event));
+            reporter.send(Reported::Agent(event));
             let _ = exited_tx.send(true);
             // Every local worker finished cleanly: the job is done here;
             // the first node says so for the job.
@@ -241,7 +241,7 @@ impl Supervisor {
                 if first_node {
                     let mut finished = reporter.cluster_event(ClusterEventKind::JobFinished);
                     finished.job_id = Some(job_id.clone());
-                    reporter.send(Outgoing::Cluster(finished));
+                    reporter.send(Reported::Cluster(finished));
                 }
                 tracing::info!(job = %job_id, "job finished");
                 if let Some(snapshots) = &snapshots {

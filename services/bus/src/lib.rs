@@ -18,7 +18,6 @@ pub mod dlq;
 pub mod embedded;
 mod error;
 pub mod formats;
-pub mod history;
 pub mod metrics;
 pub mod planner_input;
 pub mod producer;
@@ -29,6 +28,7 @@ pub mod topic;
 pub mod topology;
 #[allow(unsafe_code)]
 mod watermark_cache;
+pub mod whole_topic;
 
 pub use codec::{AvroCodec, DecodeError, Framing};
 pub use config::KafkaConfig;

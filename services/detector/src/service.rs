@@ -35,25 +35,25 @@ use crate::settings::DetectorSettings;
 pub const SERVICE: &str = "detector";
 
 /// How each subscribed topic is decoded.
-enum Decoder {
+enum InputFormat {
     Telemetry(AvroCodec<TelemetryBatch>),
     Logs(AvroCodec<LogRecord>),
     Agent(AvroCodec<AgentEvent>),
     External(ExternalInput),
 }
 
-impl Decoder {
+impl InputFormat {
     /// Observations of one record, plus problems with parts of it.
-    fn decode(&self, payload: &[u8]) -> Result<formats::Decoded, DecodeError> {
-        let one = |observation| formats::Decoded {
+    fn decode(&self, payload: &[u8]) -> Result<formats::Observed, DecodeError> {
+        let one = |observation| formats::Observed {
             observations: vec![observation],
             problems: Vec::new(),
         };
         Ok(match self {
-            Decoder::Telemetry(c) => one(Observation::Telemetry(c.decode(payload)?)),
-            Decoder::Logs(c) => one(Observation::Log(c.decode(payload)?)),
-            Decoder::Agent(c) => one(Observation::Agent(c.decode(payload)?)),
-            Decoder::External(input) => formats::decode(input, payload),
+            InputFormat::Telemetry(c) => one(Observation::Telemetry(c.decode(payload)?)),
+            InputFormat::Logs(c) => one(Observation::Log(c.decode(payload)?)),
+            InputFormat::Agent(c) => one(Observation::Agent(c.decode(payload)?)),
+            InputFormat::External(input) => formats::decode(input, payload),
         })
     }
 }
@@ -68,18 +68,18 @@ pub async fn run(
     settings.validate()?;
     let rules = settings.rules()?;
     let topics = Topics::new(kafka);
-    let mut decoders: BTreeMap<String, Decoder> = BTreeMap::new();
+    let mut decoders: BTreeMap<String, InputFormat> = BTreeMap::new();
     decoders.insert(
         topics.name(Topic::Telemetry).to_string(),
-        Decoder::Telemetry(AvroCodec::default()),
+        InputFormat::Telemetry(AvroCodec::default()),
     );
     decoders.insert(
         topics.name(Topic::Logs).to_string(),
-        Decoder::Logs(AvroCodec::default()),
+        InputFormat::Logs(AvroCodec::default()),
     );
     decoders.insert(
         topics.name(Topic::Agent).to_string(),
-        Decoder::Agent(AvroCodec::default()),
+        InputFormat::Agent(AvroCodec::default()),
     );
     let mut subscriptions: Vec<Subscription> = [Topic::Agent, Topic::Logs, Topic::Telemetry]
         .into_iter()
@@ -90,7 +90,7 @@ pub async fn run(
             name: input.topic.clone(),
             optional: input.optional,
         });
-        decoders.insert(input.topic.clone(), Decoder::External(input.clone()));
+        decoders.insert(input.topic.clone(), InputFormat::External(input.clone()));
     }
     let options = RuntimeOptions::new(
         SERVICE,
@@ -112,7 +112,7 @@ pub async fn run(
 
 struct DetectorProcessor {
     detector: Detector,
-    decoders: BTreeMap<String, Decoder>,
+    decoders: BTreeMap<String, InputFormat>,
     /// Where rounds and failures go (by record type).
     topics: Topics,
     outage: OutageHold,
@@ -140,7 +140,7 @@ struct PendingRound {
 impl DetectorProcessor {
     fn new(
         detector: Detector,
-        decoders: BTreeMap<String, Decoder>,
+        decoders: BTreeMap<String, InputFormat>,
         topics: &Topics,
         settings: &DetectorSettings,
         instance: String,
@@ -278,11 +278,11 @@ fn instance_name(group: &str) -> String {
 }
 
 impl Processor for DetectorProcessor {
-    type Input = formats::Decoded;
+    type Input = formats::Observed;
     type Action = Never;
     type Error = DetectorError;
 
-    fn decode(&self, record: &InboundRecord) -> Result<formats::Decoded, DecodeError> {
+    fn decode(&self, record: &InboundRecord) -> Result<formats::Observed, DecodeError> {
         match self.decoders.get(&record.topic) {
             Some(decoder) => decoder.decode(&record.payload),
             None => Err(DecodeError::Invalid {
@@ -296,7 +296,7 @@ impl Processor for DetectorProcessor {
     /// batch; problems with parts of it are dead-lettered now.
     fn apply(
         &mut self,
-        decoded: formats::Decoded,
+        decoded: formats::Observed,
         step: &mut Step<'_>,
     ) -> Result<Applied<Never>, DetectorError> {
         let record = step.record();

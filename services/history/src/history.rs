@@ -93,7 +93,7 @@ fn load_external(
         return Ok(Vec::new());
     };
     let raw =
-        unicron_bus::history::read_topic(config, brokers, &input.topic).map_err(|source| {
+        unicron_bus::whole_topic::read_topic(config, brokers, &input.topic).map_err(|source| {
             HistoryError::Kafka {
                 topic: input.topic.clone(),
                 brokers: brokers.clone(),
@@ -130,7 +130,7 @@ fn load<T: AvroRecord>(
         Origin::Kafka { config, brokers } => {
             let codec = AvroCodec::<T>::default();
             let raw =
-                unicron_bus::history::read_topic(config, brokers, topic).map_err(|source| {
+                unicron_bus::whole_topic::read_topic(config, brokers, topic).map_err(|source| {
                     HistoryError::Kafka {
                         topic: topic.to_string(),
                         brokers: brokers.clone(),

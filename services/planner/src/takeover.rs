@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use unicron_bus::history::PartitionReader;
+use unicron_bus::whole_topic::PartitionReader;
 use unicron_bus::{AvroCodec, BusError, InboundRecord, KafkaConfig, PlannerInputs, Topic};
 use unicron_core::planner::{Input, InputEvent, Planner};
 use unicron_core::{Decision, PlannerCheckpoint};

@@ -290,7 +290,7 @@ async fn restarts_decide_once_and_empty_stores_rebuild() {
 
 /// Replays every recorded decision of the log on a fresh planner.
 fn replay_log(h: &Harness) -> unicron_core::replay::Comparison {
-    use unicron_bus::history::read_topic;
+    use unicron_bus::whole_topic::read_topic;
     use unicron_core::planner::{Input, InputEvent, Planner, PlannerConfig};
     let brokers = h.brokers();
     let read_all = |name: &str| read_topic(&h.kafka, &brokers, &h.kafka.topic(name)).unwrap();
@@ -371,7 +371,7 @@ async fn a_takeover_after_retention_starts_from_the_checkpoint() {
     stop_planner(stop, task).await;
 
     let partition = after[0].trigger.partition;
-    let reader = unicron_bus::history::PartitionReader::new(&h.kafka, &h.brokers()).unwrap();
+    let reader = unicron_bus::whole_topic::PartitionReader::new(&h.kafka, &h.brokers()).unwrap();
     for decision in &before {
         let t = &decision.trigger;
         let (low, _) = reader.watermarks(&t.topic, partition).unwrap();
@@ -421,7 +421,7 @@ async fn a_corrupt_checkpoint_chunk_is_skipped_and_the_planner_decides() {
     // A chunk that is not JSON and a manifest naming it, claiming every
     // input and decision so far is in the checkpoint.
     let partition = before[0].trigger.partition;
-    let reader = unicron_bus::history::PartitionReader::new(&h.kafka, &h.brokers()).unwrap();
+    let reader = unicron_bus::whole_topic::PartitionReader::new(&h.kafka, &h.brokers()).unwrap();
     let topic = h.kafka.topic("planner-checkpoints");
     let codec = AvroCodec::<PlannerCheckpoint>::default();
     let chunk = PlannerCheckpoint {

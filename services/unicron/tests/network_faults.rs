@@ -159,7 +159,7 @@ fn read<T: unicron_bus::schemas::AvroRecord>(brokers: &str, topic: &str) -> Vec<
         replication_factor: 1,
         ..unicron_bus::KafkaConfig::default()
     };
-    unicron_bus::history::read_topic(&kafka, brokers, topic)
+    unicron_bus::whole_topic::read_topic(&kafka, brokers, topic)
         .unwrap_or_default()
         .iter()
         .filter_map(|r| codec.decode(&r.payload).ok())

@@ -146,7 +146,7 @@ fn prometheus_config(targets: &[SocketAddr], receiver: SocketAddr) -> String {
 }
 
 fn read_all(brokers: &str, topic: &str) -> Vec<InboundRecord> {
-    unicron_bus::history::read_topic(&KafkaConfig::default(), brokers, topic)
+    unicron_bus::whole_topic::read_topic(&KafkaConfig::default(), brokers, topic)
         .unwrap_or_else(|e| panic!("reading {topic}: {e}"))
 }
 

@@ -23,7 +23,7 @@ use unicron_core::agent::{RankRestore, Role};
 use unicron_core::{ClusterEventKind, RestoreReport, SnapshotHeld};
 
 use crate::error::AgentError;
-use crate::report::{Outgoing, Reporter, now_ms};
+use crate::report::{Reported, Reporter, now_ms};
 use crate::settings::AgentSettings;
 use store::{Origin, Snapshot, Store};
 
@@ -320,7 +320,7 @@ impl Snapshots {
                 .cluster_event(ClusterEventKind::SnapshotsStored);
             event.node = Some(self.node.clone());
             event.snapshots = held;
-            self.reporter.send(Outgoing::Cluster(event));
+            self.reporter.send(Reported::Cluster(event));
         }
     }
 
@@ -366,6 +366,6 @@ impl Snapshots {
             restore_ms,
         }));
         tracing::info!(job, rank, %source, ?step, bytes, restore_ms, "first step after restore");
-        self.reporter.send(Outgoing::Cluster(event));
+        self.reporter.send(Reported::Cluster(event));
     }
 }

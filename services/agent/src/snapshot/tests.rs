@@ -15,14 +15,14 @@ use unicron_core::{
 
 use super::Snapshots;
 use super::wire::{self, Header, sha256_hex};
-use crate::report::{Outgoing, Reporter};
+use crate::report::{Reported, Reporter};
 use crate::settings::AgentSettings;
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef-test";
 
 struct Agent {
     service: Arc<Snapshots>,
-    events: mpsc::Receiver<Outgoing>,
+    events: mpsc::Receiver<Reported>,
 }
 
 impl Agent {
@@ -56,8 +56,8 @@ impl Agent {
         let (mut lines, mut held) = (Vec::new(), Vec::new());
         while let Ok(record) = self.events.try_recv() {
             match record {
-                Outgoing::Log(l) if l.source == "snapshot" => lines.push(l.line),
-                Outgoing::Cluster(e) if e.kind == ClusterEventKind::SnapshotsStored => {
+                Reported::Log(l) if l.source == "snapshot" => lines.push(l.line),
+                Reported::Cluster(e) if e.kind == ClusterEventKind::SnapshotsStored => {
                     held.extend(e.snapshots.iter().map(|s| (s.rank, s.step, s.replica)));
                 }
                 _ => {}

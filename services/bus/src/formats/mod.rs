@@ -121,14 +121,14 @@ impl ExternalInput {
 /// What one external record decodes to: observations, and problems with
 /// parts of it (the record is dead-lettered with them; the rest is used).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Decoded {
+pub struct Observed {
     pub observations: Vec<Observation>,
     pub problems: Vec<String>,
 }
 
-impl Decoded {
-    fn failed(reason: String) -> Decoded {
-        Decoded {
+impl Observed {
+    fn failed(reason: String) -> Observed {
+        Observed {
             observations: Vec::new(),
             problems: vec![reason],
         }
@@ -136,9 +136,9 @@ impl Decoded {
 }
 
 /// Decodes one record of an external topic.
-pub fn decode(input: &ExternalInput, payload: &[u8]) -> Decoded {
+pub fn decode(input: &ExternalInput, payload: &[u8]) -> Observed {
     if payload.is_empty() {
-        return Decoded::failed("empty record".into());
+        return Observed::failed("empty record".into());
     }
     let labels = &input.labels;
     match (input.format, input.signal) {
@@ -147,7 +147,7 @@ pub fn decode(input: &ExternalInput, payload: &[u8]) -> Decoded {
         (InputFormat::OtlpJson, Some(Signal::Metrics)) => otlp::metrics_json(payload, labels),
         (InputFormat::OtlpJson, Some(Signal::Logs)) => otlp::logs_json(payload, labels),
         (InputFormat::OtlpProto | InputFormat::OtlpJson, None) => {
-            Decoded::failed("OTLP input without a signal".into())
+            Observed::failed("OTLP input without a signal".into())
         }
         (InputFormat::PrometheusJson, _) => prometheus::decode(payload, labels),
         (InputFormat::VectorJson, _) => vector::decode(payload, labels),
@@ -234,13 +234,13 @@ fn log(
 fn json_object(
     payload: &[u8],
     format: &str,
-) -> Result<serde_json::Map<String, serde_json::Value>, Decoded> {
+) -> Result<serde_json::Map<String, serde_json::Value>, Observed> {
     match serde_json::from_slice(payload) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Decoded::failed(format!(
+        Ok(_) => Err(Observed::failed(format!(
             "{format}: record is not a JSON object"
         ))),
-        Err(e) => Err(Decoded::failed(format!("{format}: {e}"))),
+        Err(e) => Err(Observed::failed(format!("{format}: {e}"))),
     }
 }
 

@@ -121,9 +121,12 @@ fn takeovers(logs: &[PathBuf]) -> serde_json::Value {
 /// Duplicated and out-of-order decisions on the whole decisions topic.
 fn audit(bus: &Bus, sent: &BTreeSet<String>) -> (usize, usize, usize) {
     let codec = AvroCodec::<Decision>::default();
-    let records =
-        unicron_bus::history::read_topic(&bus.kafka, &bus.brokers, &bus.kafka.topic("decisions"))
-            .unwrap();
+    let records = unicron_bus::whole_topic::read_topic(
+        &bus.kafka,
+        &bus.brokers,
+        &bus.kafka.topic("decisions"),
+    )
+    .unwrap();
     let mut ids_by_failure: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut last: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut seen = BTreeSet::new();
