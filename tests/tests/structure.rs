@@ -190,3 +190,33 @@ fn the_checks_see_a_circle_and_a_long_file() {
         "use crate::a;"
     );
 }
+
+/// The codec crate (records, formats, topics, the archive format) links no
+/// Kafka client, and history needs one only for its `kafka` feature: an
+/// archive is read without rdkafka.
+#[test]
+fn reading_an_archive_links_no_kafka_client() {
+    let manifest = |path: &str| -> toml::Table {
+        std::fs::read_to_string(repo().join(path))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let codec = manifest("services/codec/Cargo.toml");
+    let deps = codec["dependencies"].as_table().unwrap();
+    for kafka in ["rdkafka", "unicron-bus", "unicron-store"] {
+        assert!(
+            !deps.contains_key(kafka),
+            "unicron-codec depends on {kafka}"
+        );
+    }
+    let history = manifest("services/history/Cargo.toml");
+    let bus = &history["dependencies"]["unicron-bus"];
+    assert_eq!(bus.get("optional").and_then(|v| v.as_bool()), Some(true));
+    assert!(
+        !history["dependencies"]
+            .as_table()
+            .unwrap()
+            .contains_key("rdkafka")
+    );
+}

@@ -92,7 +92,7 @@ pub async fn ensure_topics(
     brokers: &str,
     topology: &Topology,
 ) -> Result<Vec<TopicReport>, BusError> {
-    let client_config = config.client_config(brokers);
+    let client_config = crate::client::client_config(config, brokers);
     let cluster = cluster_view(client_config.clone()).await?;
     let existing = &cluster.topics;
 

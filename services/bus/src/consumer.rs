@@ -8,28 +8,12 @@ use rdkafka::message::{Message, Timestamp};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::codec::DecodeError;
-use crate::config::KafkaConfig;
 use crate::error::BusError;
 use crate::metrics::{CONSUMER_LAG, RECORDS_IN};
 use crate::watermark_cache::cached_high_watermark;
-
-/// One record as read from Kafka, owned so it can outlive the consumer's buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InboundRecord {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub payload: Vec<u8>,
-    /// The record's Kafka timestamp, ms since the Unix epoch, when it has one.
-    pub timestamp_ms: Option<i64>,
-    /// Nothing newer was on the partition when this record was fetched: the
-    /// consumer has caught up with it. Event-time watermarks must not wait
-    /// for a caught-up partition (it may be silent because its nodes died),
-    /// and must wait for one that is behind.
-    pub caught_up: bool,
-}
+use unicron_codec::DecodeError;
+pub use unicron_codec::InboundRecord;
+use unicron_codec::KafkaConfig;
 
 /// A consumer-group member. Offsets are stored explicitly with
 /// [`mark_done`](Consumer::mark_done) once a record is handled (its output
@@ -68,7 +52,8 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
         group_id: &str,
         context: C,
     ) -> Result<Consumer<C>, BusError> {
-        let client = config.client_config_with(
+        let client = crate::client::client_config_with(
+            config,
             brokers,
             &[
                 ("group.id", group_id.to_string()),

@@ -13,13 +13,8 @@ pub enum BusError {
     /// A setting that cannot work with the cluster; names the field.
     #[error("{field}: {reason}")]
     Setting { field: &'static str, reason: String },
-    #[error("encode {record}: {reason}")]
-    Encode {
-        record: &'static str,
-        reason: String,
-    },
-    #[error("topology: {0}")]
-    Topology(String),
+    #[error(transparent)]
+    Codec(#[from] unicron_codec::CodecError),
     #[error("internal: {0}")]
     Internal(String),
     #[error("metrics: {0}")]

@@ -1,41 +1,38 @@
 //! unicron-bus: everything between unicron and Kafka.
 //!
-//! Configuration, the topic topology, the Avro codec (with optional
-//! Confluent framing), a typed producer and consumer, dead-letter routing,
-//! the embedded broker and the Prometheus endpoint. Nothing here decides
+//! A typed producer and consumer, topic administration, dead-letter
+//! routing, the embedded broker and the Prometheus endpoint, on rdkafka;
+//! the codec, topics and archive format are `unicron-codec`'s, re-exported
+//! here. Nothing here decides
 //! anything; decisions live in `unicron-core` (docs/design.md §2).
 
 // One module reads librdkafka's cache through its C API; nothing else.
 #![deny(unsafe_code)]
 
 pub mod admin;
-pub mod archive;
-pub mod codec;
-pub mod config;
+pub mod client;
 pub mod consumer;
-pub mod direct_decode;
 pub mod dlq;
 pub mod embedded;
 mod error;
-pub mod formats;
 pub mod metrics;
-pub mod planner_input;
 pub mod producer;
-pub mod schemas;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
-pub mod topic;
-pub mod topology;
 #[allow(unsafe_code)]
 mod watermark_cache;
 pub mod whole_topic;
 
-pub use codec::{AvroCodec, DecodeError, Framing};
-pub use config::KafkaConfig;
-pub use consumer::{Consumer, InboundRecord};
+// The codec crate's modules, under the paths services have always used.
+pub use unicron_codec::{
+    AvroCodec, CodecError, DecodeError, Framing, InboundRecord, KafkaConfig, PlannerInputs,
+    Subscription, Topic, TopicSpec, Topics, Topology, check_retention_ms,
+};
+pub use unicron_codec::{
+    archive, codec, config, direct_decode, formats, planner_input, schemas, topic, topology,
+};
+
+pub use consumer::Consumer;
 pub use embedded::EmbeddedBroker;
 pub use error::BusError;
-pub use planner_input::PlannerInputs;
 pub use producer::{Outbound, Producer};
-pub use topic::{Subscription, Topic, Topics};
-pub use topology::{TopicSpec, Topology, check_retention_ms};

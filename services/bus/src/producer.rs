@@ -48,7 +48,8 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(config: &KafkaConfig, brokers: &str) -> Result<Producer, BusError> {
-        let client = config.client_config_with(
+        let client = crate::client::client_config_with(
+            config,
             brokers,
             &[
                 ("enable.idempotence", "true".into()),

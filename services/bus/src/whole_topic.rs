@@ -86,24 +86,24 @@ pub struct PartitionReader {
 
 impl PartitionReader {
     pub fn new(config: &KafkaConfig, brokers: &str) -> Result<PartitionReader, BusError> {
-        let consumer: BaseConsumer = config
-            .client_config_with(
-                brokers,
-                &[
-                    ("group.id", "unicron-history".into()),
-                    ("enable.auto.commit", "false".into()),
-                    ("enable.partition.eof", "false".into()),
-                    // A range starting below the low watermark (retention
-                    // removed its head) reads from the oldest record left,
-                    // not from the end.
-                    ("auto.offset.reset", "earliest".into()),
-                    // Never joins the group, but librdkafka still checks
-                    // it against a site's max.poll.interval.ms: the
-                    // services' consumers' value, not its 45 s default.
-                    ("session.timeout.ms", "10000".into()),
-                ],
-            )
-            .create()?;
+        let consumer: BaseConsumer = crate::client::client_config_with(
+            config,
+            brokers,
+            &[
+                ("group.id", "unicron-history".into()),
+                ("enable.auto.commit", "false".into()),
+                ("enable.partition.eof", "false".into()),
+                // A range starting below the low watermark (retention
+                // removed its head) reads from the oldest record left,
+                // not from the end.
+                ("auto.offset.reset", "earliest".into()),
+                // Never joins the group, but librdkafka still checks
+                // it against a site's max.poll.interval.ms: the
+                // services' consumers' value, not its 45 s default.
+                ("session.timeout.ms", "10000".into()),
+            ],
+        )
+        .create()?;
         Ok(PartitionReader { consumer })
     }
 

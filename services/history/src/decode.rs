@@ -2,7 +2,7 @@
 //! for the control-plane topics, the planner's input, a decision or a
 //! command; for the detector's own topics, the source records explain cites.
 
-use unicron_bus::{AvroCodec, DecodeError, KafkaConfig, PlannerInputs};
+use unicron_codec::{AvroCodec, DecodeError, KafkaConfig, PlannerInputs};
 use unicron_core::planner::{Input, InputEvent};
 use unicron_core::{AgentEvent, Command, Decision, LogRecord, TelemetryBatch};
 

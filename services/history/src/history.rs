@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use unicron_bus::archive::ArchiveError;
-use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, BusError, KafkaConfig};
+use unicron_codec::archive::ArchiveError;
+use unicron_codec::schemas::AvroRecord;
+use unicron_codec::{AvroCodec, KafkaConfig};
 use unicron_core::detector::{Observation, Source};
 use unicron_core::planner::{Input, InputEvent};
 use unicron_core::replay::SourcedObservation;
@@ -25,7 +25,7 @@ pub enum HistoryError {
         topic: String,
         brokers: String,
         #[source]
-        source: Box<BusError>,
+        source: crate::kafka::KafkaReadError,
     },
     #[error("reading {topic} from the archive {}", dir.display())]
     Archive {
@@ -86,23 +86,22 @@ pub struct History {
 /// decode to nothing were dead-lettered when live and are counted here.
 fn load_external(
     origin: &Origin<'_>,
-    input: &unicron_bus::formats::ExternalInput,
+    input: &unicron_codec::formats::ExternalInput,
     undecodable: &mut u64,
 ) -> Result<Vec<SourcedObservation>, HistoryError> {
     let Origin::Kafka { config, brokers } = origin else {
         return Ok(Vec::new());
     };
-    let raw =
-        unicron_bus::whole_topic::read_topic(config, brokers, &input.topic).map_err(|source| {
-            HistoryError::Kafka {
-                topic: input.topic.clone(),
-                brokers: brokers.clone(),
-                source: Box::new(source),
-            }
-        })?;
+    let raw = crate::kafka::read_topic(config, brokers, &input.topic).map_err(|source| {
+        HistoryError::Kafka {
+            topic: input.topic.clone(),
+            brokers: brokers.clone(),
+            source,
+        }
+    })?;
     let mut out = Vec::new();
     for r in raw {
-        let decoded = unicron_bus::formats::decode(input, &r.payload);
+        let decoded = unicron_codec::formats::decode(input, &r.payload);
         if decoded.observations.is_empty() {
             *undecodable += 1;
         }
@@ -129,14 +128,13 @@ fn load<T: AvroRecord>(
     match origin {
         Origin::Kafka { config, brokers } => {
             let codec = AvroCodec::<T>::default();
-            let raw =
-                unicron_bus::whole_topic::read_topic(config, brokers, topic).map_err(|source| {
-                    HistoryError::Kafka {
-                        topic: topic.to_string(),
-                        brokers: brokers.clone(),
-                        source: Box::new(source),
-                    }
-                })?;
+            let raw = crate::kafka::read_topic(config, brokers, topic).map_err(|source| {
+                HistoryError::Kafka {
+                    topic: topic.to_string(),
+                    brokers: brokers.clone(),
+                    source,
+                }
+            })?;
             let mut out = Vec::with_capacity(raw.len());
             for r in raw {
                 match codec.decode(&r.payload) {
@@ -152,13 +150,14 @@ fn load<T: AvroRecord>(
             Ok(out)
         }
         Origin::Archive(dir) => {
-            let archived = unicron_bus::archive::read_topic::<T>(dir, topic).map_err(|source| {
-                HistoryError::Archive {
-                    topic: topic.to_string(),
-                    dir: dir.to_path_buf(),
-                    source: Box::new(source),
-                }
-            })?;
+            let archived =
+                unicron_codec::archive::read_topic::<T>(dir, topic).map_err(|source| {
+                    HistoryError::Archive {
+                        topic: topic.to_string(),
+                        dir: dir.to_path_buf(),
+                        source: Box::new(source),
+                    }
+                })?;
             Ok(archived
                 .into_iter()
                 .map(|a| Recorded {

@@ -11,6 +11,7 @@ mod decode;
 pub mod explain;
 mod history;
 mod index;
+mod kafka;
 mod names;
 pub mod replay;
 

@@ -1,6 +1,6 @@
 //! The topics a history reads, by their configured names.
 
-use unicron_bus::{KafkaConfig, Topic, Topics};
+use unicron_codec::{KafkaConfig, Topic, Topics};
 
 /// The full names of the topics a history reads, resolved once.
 #[derive(Debug, Clone)]
@@ -16,7 +16,7 @@ pub struct TopicNames {
     pub commands: String,
     pub rounds: String,
     /// The detector's external inputs, by full topic name.
-    pub external: Vec<unicron_bus::formats::ExternalInput>,
+    pub external: Vec<unicron_codec::formats::ExternalInput>,
 }
 
 impl Default for TopicNames {
@@ -46,7 +46,7 @@ impl TopicNames {
     }
 
     /// These names plus the detector's external inputs.
-    pub fn with_inputs(mut self, inputs: &[unicron_bus::formats::ExternalInput]) -> TopicNames {
+    pub fn with_inputs(mut self, inputs: &[unicron_codec::formats::ExternalInput]) -> TopicNames {
         self.external = inputs.to_vec();
         self
     }

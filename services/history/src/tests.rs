@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use unicron_bus::{AvroCodec, KafkaConfig};
+use unicron_codec::{AvroCodec, KafkaConfig};
 use unicron_core::detector::{DetectorConfig, LogRules};
 use unicron_core::planner::{InputEvent, PlannerConfig, PolicyName};
 use unicron_simulator::offline::{Logged, Offline};
@@ -80,7 +80,7 @@ fn record() -> (History, Raw) {
     (history, raw)
 }
 
-fn encode<T: unicron_bus::schemas::AvroRecord + Clone>(
+fn encode<T: unicron_codec::schemas::AvroRecord + Clone>(
     record: &T,
     keep: impl FnOnce(T),
 ) -> Vec<u8> {

@@ -24,3 +24,9 @@ impl From<StoreError> for PlannerError {
         PlannerError::Runtime(error.into())
     }
 }
+
+impl From<unicron_bus::CodecError> for PlannerError {
+    fn from(error: unicron_bus::CodecError) -> Self {
+        PlannerError::Runtime(BusError::from(error).into())
+    }
+}

@@ -313,7 +313,7 @@ impl Shared {
             let mut size =
                 |b: &TelemetryBatch| self.codec.encode(b).map_or(usize::MAX, |v| v.len());
             for part in split_to_fit(batch, self.max_record_bytes, &mut size) {
-                let payload = self.codec.encode(&part).map_err(internal)?;
+                let payload = self.codec.encode(&part).map_err(|e| internal(e.into()))?;
                 if payload.len() > self.max_record_bytes {
                     tracing::warn!(node = %part.node, bytes = payload.len(), "one sample over kafka.max_record_bytes; dropped");
                     metrics::counter!(SAMPLES_SKIPPED, "reason" => "too_large").increment(1);

@@ -10,7 +10,7 @@ use std::sync::Once;
 use apache_avro::Schema;
 
 use crate::direct_decode::Cursor;
-use crate::error::BusError;
+use crate::error::CodecError;
 use crate::schemas::AvroRecord;
 
 /// Confluent wire format: magic byte 0, then the schema id (big-endian u32).
@@ -87,7 +87,7 @@ impl<T> AvroCodec<T> {
 
 impl<T: AvroRecord> AvroCodec<T> {
     /// Encodes with the direct serde serializer (the fast path).
-    pub fn encode(&self, record: &T) -> Result<Vec<u8>, BusError> {
+    pub fn encode(&self, record: &T) -> Result<Vec<u8>, CodecError> {
         let mut out = Vec::with_capacity(256);
         self.write_header(&mut out);
         apache_avro::write_avro_datum_ref(T::RECORD.schema(), record, &mut out)
@@ -99,7 +99,7 @@ impl<T: AvroRecord> AvroCodec<T> {
     /// come out in `HashMap` order, so equal records may give different
     /// bytes. Kept to measure and cross-check; never used for outputs,
     /// which must be byte-deterministic (docs/design.md §4).
-    pub fn encode_via_value(&self, record: &T) -> Result<Vec<u8>, BusError> {
+    pub fn encode_via_value(&self, record: &T) -> Result<Vec<u8>, CodecError> {
         let value = apache_avro::to_value(record).map_err(|e| encode_error::<T>(e.to_string()))?;
         let value = value
             .resolve(T::RECORD.schema())
@@ -342,8 +342,8 @@ fn takes_a_byte(schema: &Schema) -> bool {
     }
 }
 
-fn encode_error<T: AvroRecord>(reason: String) -> BusError {
-    BusError::Encode {
+fn encode_error<T: AvroRecord>(reason: String) -> CodecError {
+    CodecError::Encode {
         record: T::RECORD.name(),
         reason,
     }

@@ -15,7 +15,7 @@ use super::entry::{EntryRef, META_PARTITION, META_RECORD, META_TOPIC, entry_sche
 use super::layout::{ArchiveFile, file_name, part_name};
 use super::writer::ClosedFile;
 use super::{ArchiveError, file_error};
-use crate::consumer::InboundRecord;
+use crate::record::InboundRecord;
 use crate::schemas::RecordType;
 
 /// Counts the bytes written through it.

@@ -2,13 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use rdkafka::ClientConfig;
 use serde::{Deserialize, Serialize};
-
-/// The longest pause between reconnect attempts of every client unicron
-/// makes (librdkafka adds up to 50% jitter): with it, the agents cut off by
-/// one network fault are heard again within about 1.5 s of each other.
-pub const RECONNECT_BACKOFF_MAX_MS: &str = "1000";
 
 /// The `[kafka]` section of the configuration.
 ///
@@ -112,32 +106,6 @@ impl KafkaConfig {
         flatten("", &self.properties, &mut out);
         out
     }
-
-    /// A client configuration for `brokers`.
-    pub fn client_config(&self, brokers: &str) -> ClientConfig {
-        self.client_config_with(brokers, &[])
-    }
-
-    /// A client configuration for `brokers` with a client's own `defaults`,
-    /// then the pass-through properties, so a site can override anything.
-    pub fn client_config_with(&self, brokers: &str, defaults: &[(&str, String)]) -> ClientConfig {
-        let mut config = ClientConfig::new();
-        config
-            .set("bootstrap.servers", brokers)
-            .set("client.id", &self.client_id)
-            // librdkafka backs off up to 10 s (+50% jitter) between
-            // reconnects; after a network cut, agents would come back up
-            // to 15 s apart and the detector's `resume_grace_s` would end
-            // before the last one is heard. Kafka's Java client uses 1 s.
-            .set("reconnect.backoff.max.ms", RECONNECT_BACKOFF_MAX_MS);
-        for (key, value) in defaults {
-            config.set(*key, value);
-        }
-        for (key, value) in self.librdkafka_properties() {
-            config.set(key, value);
-        }
-        config
-    }
 }
 
 fn flatten(prefix: &str, table: &BTreeMap<String, PropertyValue>, out: &mut Vec<(String, String)>) {
@@ -184,16 +152,5 @@ mod tests {
                 ("socket.timeout.ms".into(), "1000".into()),
             ]
         );
-        let client = config.client_config("k1:9093");
-        assert_eq!(client.get("security.protocol"), Some("SASL_SSL"));
-        assert_eq!(client.get("client.id"), Some("unicron"));
-        assert_eq!(client.get("reconnect.backoff.max.ms"), Some("1000"));
-    }
-
-    #[test]
-    fn a_site_setting_overrides_the_reconnect_backoff() {
-        let config: KafkaConfig = toml::from_str(r#""reconnect.backoff.max.ms" = 5000"#).unwrap();
-        let client = config.client_config("k1:9093");
-        assert_eq!(client.get("reconnect.backoff.max.ms"), Some("5000"));
     }
 }

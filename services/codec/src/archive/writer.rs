@@ -18,7 +18,7 @@ use super::open_file::OpenFile;
 use super::reader::read;
 use super::{ArchiveError, file_error};
 use crate::codec::{AvroCodec, DecodeError};
-use crate::consumer::InboundRecord;
+use crate::record::InboundRecord;
 use crate::schemas::{AvroRecord, RecordType};
 
 /// A file is closed once it holds this many bytes (the default).

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
-use crate::error::BusError;
+use crate::error::CodecError;
 use crate::schemas::RecordType;
 
 /// The topology committed in `topology/topics.toml`.
@@ -52,9 +52,9 @@ impl Topology {
         Topology::parse(TOPICS_TOML).expect("topology/topics.toml is validated by its tests")
     }
 
-    pub fn parse(text: &str) -> Result<Topology, BusError> {
+    pub fn parse(text: &str) -> Result<Topology, CodecError> {
         let topology: Topology =
-            toml::from_str(text).map_err(|e| BusError::Topology(e.message().to_string()))?;
+            toml::from_str(text).map_err(|e| CodecError::Topology(e.message().to_string()))?;
         topology.validate()?;
         Ok(topology)
     }
@@ -63,12 +63,12 @@ impl Topology {
         self.topics.iter().find(|t| t.name == name)
     }
 
-    fn validate(&self) -> Result<(), BusError> {
+    fn validate(&self) -> Result<(), CodecError> {
         let mut names = BTreeSet::new();
         let mut groups: BTreeMap<&str, (&str, i32)> = BTreeMap::new();
         for t in &self.topics {
             let bad = |field: &str, why: String| {
-                BusError::Topology(format!("topic `{}`: {field}: {why}", t.name))
+                CodecError::Topology(format!("topic `{}`: {field}: {why}", t.name))
             };
             if !names.insert(t.name.as_str()) {
                 return Err(bad("name", "defined twice".into()));
