@@ -12,10 +12,10 @@ use axum::{Json, Router};
 use futures::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use unicron_bus::Topic;
-use unicron_bus::{AvroCodec, BusError, Consumer, KafkaConfig, Producer};
+use unicron_bus::schemas::AvroRecord;
+use unicron_bus::{AvroCodec, BusError, Consumer, KafkaConfig, Producer, Topic, Topics};
+use unicron_core::FailureEvent;
 use unicron_core::executor::{ActionRequest, ActionResponse};
-use unicron_core::{AgentEvent, ClusterEvent, FailureEvent, LogRecord, TelemetryBatch};
 
 use crate::config::SimConfig;
 use crate::model::{Emission, Sim};
@@ -110,7 +110,7 @@ pub async fn start(
     })?;
     let producer = Producer::new(kafka, brokers)?;
     let failures = Consumer::new(kafka, brokers, &format!("unicron-sim.{}", config.cluster))?;
-    failures.subscribe(&[unicron_bus::Topics::new(kafka).name(Topic::Failures)])?;
+    failures.subscribe(&[Topics::new(kafka).name(Topic::Failures)])?;
 
     let (stop, stopped) = watch::channel(false);
     let (ended, _) = watch::channel(false);
@@ -220,42 +220,19 @@ async fn truth(State(shared): State<Arc<Shared>>) -> Json<Summary> {
     Json(Summary::new(sim.truth(), sim.config(), sim.downtime_s()))
 }
 
-struct Topics {
-    telemetry: String,
-    logs: String,
-    agent: String,
-    cluster: String,
-}
-
-impl Topics {
-    fn new(kafka: &KafkaConfig) -> Topics {
-        let names = unicron_bus::Topics::new(kafka);
-        let name = |topic| names.name(topic).to_string();
-        Topics {
-            telemetry: name(Topic::Telemetry),
-            logs: name(Topic::Logs),
-            agent: name(Topic::Agent),
-            cluster: name(Topic::Cluster),
-        }
+/// An emission as a record of the one topic its type belongs to.
+fn encode<'t>(topics: &'t Topics, emission: &Emission) -> Result<(&'t str, Vec<u8>), BusError> {
+    fn record<'t, T: AvroRecord>(
+        topics: &'t Topics,
+        record: &T,
+    ) -> Result<(&'t str, Vec<u8>), BusError> {
+        Ok((topics.of::<T>(), AvroCodec::<T>::default().encode(record)?))
     }
-}
-
-#[derive(Default)]
-struct Codecs {
-    telemetry: AvroCodec<TelemetryBatch>,
-    log: AvroCodec<LogRecord>,
-    agent: AvroCodec<AgentEvent>,
-    cluster: AvroCodec<ClusterEvent>,
-}
-
-impl Codecs {
-    fn encode<'t>(&self, topics: &'t Topics, e: &Emission) -> Result<(&'t str, Vec<u8>), BusError> {
-        Ok(match e {
-            Emission::Telemetry(r) => (&topics.telemetry, self.telemetry.encode(r)?),
-            Emission::Log(r) => (&topics.logs, self.log.encode(r)?),
-            Emission::Agent(r) => (&topics.agent, self.agent.encode(r)?),
-            Emission::Cluster(r) => (&topics.cluster, self.cluster.encode(r)?),
-        })
+    match emission {
+        Emission::Telemetry(r) => record(topics, r),
+        Emission::Log(r) => record(topics, r),
+        Emission::Agent(r) => record(topics, r),
+        Emission::Cluster(r) => record(topics, r),
     }
 }
 
@@ -270,13 +247,12 @@ async fn run_clock(
     wait_for: Vec<&'static str>,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<(), SimError> {
-    let codecs = Codecs::default();
     let start_ms = shared.sim().now_ms();
     // Announce the cluster, then hold the clock until its jobs are placed
     // and the services named read: simulated time runs in real time, so
     // what joins late would see the cluster late.
     let announced = shared.sim().advance_to(start_ms);
-    publish(&producer, &codecs, &topics, &announced).await?;
+    publish(&producer, &topics, &announced).await?;
     let holding = Instant::now();
     let waiting =
         || !shared.sim().jobs_placed() || !wait_for.iter().all(|s| unicron_bus::metrics::joined(s));
@@ -300,7 +276,7 @@ async fn run_clock(
             target = target.min(end);
         }
         let emissions = shared.sim().advance_to(target);
-        publish(&producer, &codecs, &topics, &emissions).await?;
+        publish(&producer, &topics, &emissions).await?;
         if end_ms.is_some_and(|end| shared.sim().now_ms() >= end) {
             let _ = shared.ended.send(true);
         }
@@ -314,13 +290,12 @@ async fn run_clock(
 /// Sends a tick's records concurrently and waits for every delivery.
 async fn publish(
     producer: &Producer,
-    codecs: &Codecs,
     topics: &Topics,
     emissions: &[Emission],
 ) -> Result<(), SimError> {
     let mut sends = Vec::with_capacity(emissions.len());
     for emission in emissions {
-        let (topic, payload) = codecs.encode(topics, emission)?;
+        let (topic, payload) = encode(topics, emission)?;
         sends.push((topic, emission.key().to_string(), payload));
     }
     let results = join_all(
