@@ -17,6 +17,8 @@ pub mod replay;
 pub mod signing;
 pub mod status;
 pub mod taxonomy;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 pub use records::*;
 pub use taxonomy::{FailureKind, Severity, UnknownSymbol};

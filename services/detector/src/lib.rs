@@ -5,8 +5,10 @@
 //!
 //! The detector keeps no durable state. Its in-memory state (heartbeats,
 //! iteration statistics, held symptoms) rebuilds from the stream after a
-//! restart or rebalance; failure ids are derived from input offsets, so a
-//! re-delivered record yields the same id and the planner drops the repeat.
+//! restart or rebalance; failure ids are derived from what was found (cluster,
+//! kind, node, first-evidence time and a digest of the rest), not from the
+//! record that completed it, so a failure found again after a redelivery
+//! has the same id and the planner drops the repeat.
 
 mod discovery;
 mod error;

@@ -98,21 +98,16 @@ async fn main() {
     let mut latencies = Vec::with_capacity(rounds);
     for i in 0..rounds {
         // SEV3 on alternating nodes: one reattempt command each.
-        let failure = FailureEvent {
-            id: format!("f-{i}"),
-            cluster: "c1".into(),
-            node: Some(format!("n{:02}", i % 16)),
-            gpu: None,
-            job: None,
-            rank: None,
-            kind: FailureKind::NcclTimeout,
-            severity: Severity::Sev3,
-            method: DetectionMethod::LogRule,
-            rule: None,
-            evidence: vec![],
-            first_evidence_ms: 1_764_000_100_000 + i as i64 * 3_600_000,
-            detected_ms: 1_764_000_100_000 + i as i64 * 3_600_000,
-        };
+        let at_ms = 1_764_000_100_000 + i as i64 * 3_600_000;
+        let node = format!("n{:02}", i % 16);
+        let failure = testing::failure(
+            format!("f-{i}"),
+            "c1",
+            &node,
+            FailureKind::NcclTimeout,
+            at_ms,
+            at_ms,
+        );
         let started = Instant::now();
         producer
             .send(&failures, "c1", &failure, &codec)

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer};
 use unicron_core::signing::CommandSigner;
+use unicron_core::testing;
 use unicron_core::*;
 use unicron_planner::PlannerSettings;
 
@@ -51,22 +52,8 @@ impl Harness {
     async fn setup_cluster(&mut self, cluster: &str) {
         for n in 1..=4 {
             self.time_ms += 1000;
-            self.cluster_event(ClusterEvent {
-                cluster: cluster.into(),
-                time_ms: self.time_ms,
-                kind: ClusterEventKind::NodeJoined,
-                node: Some(format!("n{n}")),
-                gpus: Some(8),
-                job_id: None,
-                job: None,
-                address: None,
-                launch: None,
-                reason: None,
-                snapshot_address: None,
-                snapshots: Vec::new(),
-                restored: None,
-            })
-            .await;
+            let joined = testing::node_joined(cluster, &format!("n{n}"), 8, self.time_ms);
+            self.cluster_event(joined).await;
         }
         self.time_ms += 1000;
         self.cluster_event(ClusterEvent {
@@ -107,21 +94,14 @@ impl Harness {
     async fn failure(&mut self, cluster: &str, node: &str, kind: FailureKind) -> String {
         self.time_ms += 10_000;
         let id = format!("f-{cluster}-{}", self.time_ms);
-        let failure = FailureEvent {
-            id: id.clone(),
-            cluster: cluster.into(),
-            node: Some(node.into()),
-            gpu: None,
-            job: None,
-            rank: None,
+        let failure = testing::failure(
+            id.clone(),
+            cluster,
+            node,
             kind,
-            severity: kind.default_severity(),
-            method: DetectionMethod::LogRule,
-            rule: None,
-            evidence: vec![],
-            first_evidence_ms: self.time_ms - 100,
-            detected_ms: self.time_ms,
-        };
+            self.time_ms - 100,
+            self.time_ms,
+        );
         let topic = self.kafka.topic("failures");
         self.producer
             .send(&topic, cluster, &failure, &AvroCodec::default())

@@ -247,21 +247,8 @@ fn failure(
     kind: unicron_core::FailureKind,
     time_ms: i64,
 ) -> unicron_core::FailureEvent {
-    unicron_core::FailureEvent {
-        id: format!("f-{cluster}-{time_ms}"),
-        cluster: cluster.into(),
-        node: Some(node.into()),
-        gpu: None,
-        job: None,
-        rank: None,
-        kind,
-        severity: kind.default_severity(),
-        method: unicron_core::DetectionMethod::LogRule,
-        rule: None,
-        evidence: vec![],
-        first_evidence_ms: time_ms - 100,
-        detected_ms: time_ms,
-    }
+    let id = format!("f-{cluster}-{time_ms}");
+    unicron_core::testing::failure(id, cluster, node, kind, time_ms - 100, time_ms)
 }
 
 /// Three planner processes in one consumer group share twelve clusters;

@@ -38,21 +38,9 @@ impl Feed {
         let time_ms = self.tick(1);
         self.input(
             "unicron.cluster",
-            InputEvent::Cluster(ClusterEvent {
-                cluster: cluster.into(),
-                time_ms,
-                kind: ClusterEventKind::NodeJoined,
-                node: Some(node.into()),
-                gpus: Some(8),
-                job_id: None,
-                job: None,
-                address: None,
-                launch: None,
-                reason: None,
-                snapshot_address: None,
-                snapshots: Vec::new(),
-                restored: None,
-            }),
+            InputEvent::Cluster(unicron_core::testing::node_joined(
+                cluster, node, 8, time_ms,
+            )),
         )
     }
 
@@ -116,21 +104,14 @@ impl Feed {
         let id = format!("f-{}", self.offset + 1);
         self.input(
             "unicron.failures",
-            InputEvent::Failure(FailureEvent {
+            InputEvent::Failure(unicron_core::testing::failure(
                 id,
-                cluster: cluster.into(),
-                node: Some(node.into()),
-                gpu: None,
-                job: None,
-                rank: None,
+                cluster,
+                node,
                 kind,
-                severity: kind.default_severity(),
-                method: DetectionMethod::LogRule,
-                rule: None,
-                evidence: vec![],
-                first_evidence_ms: time_ms - 500,
-                detected_ms: time_ms,
-            }),
+                time_ms - 500,
+                time_ms,
+            )),
         )
     }
 
