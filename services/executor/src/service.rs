@@ -40,7 +40,7 @@ pub async fn run(
     settings: &ExecutorSettings,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ExecutorError> {
-    let gate = settings.checked_gate()?;
+    let gate = settings.validate()?;
     let backend = Backend::new(settings.backend.as_ref())?;
     let store = Arc::new(Store::open(
         &settings.state_dir,

@@ -146,16 +146,12 @@ impl ExecutorSettings {
         )
     }
 
-    /// The first setting that is missing or makes no sense, naming its
-    /// field: what an executor needs to start.
-    pub fn validate(&self) -> Result<(), ExecutorError> {
-        self.checked_gate().map(drop)
-    }
-
-    /// The settings checked, and the gate they give (keys parsed).
-    pub(crate) fn checked_gate(&self) -> Result<Gate, ExecutorError> {
+    /// The settings checked once, into the gate the executor runs with
+    /// (keys parsed); an error names the first setting that is missing or
+    /// makes no sense.
+    pub fn validate(&self) -> Result<Gate, ExecutorError> {
         self.check_required()?;
-        self.check_given_gate()
+        self.check_given()
     }
 
     fn check_required(&self) -> Result<(), ExecutorError> {
@@ -177,15 +173,10 @@ impl ExecutorSettings {
         Ok(())
     }
 
-    /// The settings given make sense; cluster, backend and keys may be
-    /// missing. For a configuration that other services share, where each
-    /// executor adds its own.
-    pub fn check_given(&self) -> Result<(), ExecutorError> {
-        self.check_given_gate().map(drop)
-    }
-
-    /// [`check_given`](Self::check_given), keeping the gate it builds.
-    fn check_given_gate(&self) -> Result<Gate, ExecutorError> {
+    /// The settings given make sense, and the gate they give; cluster,
+    /// backend and keys may be missing. For a configuration that other
+    /// services share, where each executor adds its own.
+    pub fn check_given(&self) -> Result<Gate, ExecutorError> {
         if self.name.is_empty() {
             return Err(config("executor.name: must not be empty"));
         }
