@@ -638,7 +638,10 @@ async fn a_collector_topic_created_later_is_read_in_seconds_and_a_quiet_input_is
     });
     let failures = h.reader("failures", "t-failures");
     let rounds = h.reader("detector-rounds", "t-rounds");
-    tokio::time::sleep(Duration::from_secs(3)).await; // subscribed, otlp_logs absent
+    // Reading (a benign line comes back as a round) while otlp_logs does
+    // not exist.
+    h.log("n0", now_ms(), "step 1 | loss 2.31 | lr 3e-4").await;
+    let _: Vec<DetectorRound> = read(&rounds, 1).await;
 
     // The Collector starts after unicron: its topic appears now.
     h.broker.create_topic("otlp_logs", 1).unwrap();
