@@ -9,11 +9,9 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-
 use tokio::sync::oneshot;
 use unicron_bus::formats::{ExternalInput, InputFormat, Signal};
+use unicron_bus::testing::GroupProgress;
 use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
 use unicron_core::*;
 use unicron_detector::DetectorSettings;
@@ -150,86 +148,22 @@ async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize
     unicron_bus::testing::read_records(consumer, n, WAIT).await
 }
 
-/// A consumer of the detector's group that joins nothing: for reading
-/// what the detector committed, and the topics' watermarks.
-fn observer(h: &Harness) -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", h.brokers())
-        .set("group.id", DetectorSettings::default().group_id)
-        .create()
-        .unwrap()
-}
-
-/// Waits until the detector has marked done every record now on `inputs`
-/// (a record's failures and dead letters are published before), so what
-/// those records came to is all on the output topics: no wait on the clock
-/// that a slow machine would outlast.
-async fn settled(h: &Harness, inputs: &[&str]) {
-    let observer = observer(h);
-    let timeout = Duration::from_secs(5);
-    let mut ends = TopicPartitionList::new();
-    for topic in inputs {
-        let metadata = observer.fetch_metadata(Some(topic), timeout).unwrap();
-        for partition in metadata.topics()[0].partitions() {
-            let (_, high) = observer
-                .fetch_watermarks(topic, partition.id(), timeout)
-                .unwrap();
-            ends.add_partition_offset(topic, partition.id(), Offset::Offset(high))
-                .unwrap();
-        }
-    }
-    let started = std::time::Instant::now();
-    loop {
-        let committed = observer.committed_offsets(ends.clone(), timeout).unwrap();
-        let behind: Vec<String> = ends
-            .elements()
-            .iter()
-            .filter(|end| {
-                let done = committed
-                    .find_partition(end.topic(), end.partition())
-                    .map(|c| c.offset());
-                match (end.offset(), done) {
-                    (Offset::Offset(0), _) => false,
-                    (Offset::Offset(high), Some(Offset::Offset(next))) => next < high,
-                    _ => true,
-                }
-            })
-            .map(|end| format!("{}/{}", end.topic(), end.partition()))
-            .collect();
-        if behind.is_empty() {
-            return;
-        }
-        assert!(
-            started.elapsed() < WAIT,
-            "not applied by the detector: {behind:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Records on `topic` in all.
-fn count(h: &Harness, topic: &str) -> i64 {
-    let observer = observer(h);
-    let timeout = Duration::from_secs(5);
-    let metadata = observer.fetch_metadata(Some(topic), timeout).unwrap();
-    metadata.topics()[0]
-        .partitions()
-        .iter()
-        .map(|p| {
-            let (low, high) = observer.fetch_watermarks(topic, p.id(), timeout).unwrap();
-            high - low
-        })
-        .sum()
-}
-
-/// Nothing came of what was sent but the `failures` the test read.
+/// Nothing came of what was sent to `inputs` but the `failures` the test
+/// read: once the detector committed every input record, the failures
+/// topic holds exactly those.
 async fn nothing_more(h: &Harness, inputs: &[&str], failures: i64) {
-    settled(h, inputs).await;
-    assert_eq!(
-        count(h, &h.kafka.topic("failures")),
-        failures,
-        "failures in all"
-    );
+    let progress = progress(h);
+    progress.committed_all_of(inputs, WAIT).await;
+    let written = progress.written(&h.kafka.topic("failures"));
+    assert_eq!(written, failures, "failures in all");
+}
+
+fn progress(h: &Harness) -> GroupProgress {
+    GroupProgress::new(
+        &h.kafka,
+        &h.brokers(),
+        &DetectorSettings::default().group_id,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -699,12 +633,10 @@ async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
 
     let letters: Vec<DeadLetter> = read(&dlq, sent.len()).await;
     let inputs: Vec<&str> = batches.iter().map(|(topic, _)| topic.as_str()).collect();
-    settled(&h, &inputs).await;
-    assert_eq!(
-        count(&h, &h.kafka.topic("dlq")),
-        sent.len() as i64,
-        "dead letters in all"
-    );
+    let progress = progress(&h);
+    progress.committed_all_of(&inputs, WAIT).await;
+    let written = progress.written(&h.kafka.topic("dlq"));
+    assert_eq!(written, sent.len() as i64, "dead letters in all");
     let mut seen = std::collections::BTreeSet::new();
     for letter in &letters {
         let at = (letter.source_topic.clone(), letter.partition, letter.offset);

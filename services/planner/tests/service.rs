@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use unicron_bus::testing::GroupProgress;
 use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer};
 use unicron_core::signing::CommandSigner;
 use unicron_core::testing;
@@ -154,8 +155,16 @@ async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize
     unicron_bus::testing::read_records(consumer, n, WAIT).await
 }
 
-async fn nothing_more(consumer: &Consumer) {
-    unicron_bus::testing::assert_quiet(consumer, Duration::from_secs(3)).await;
+/// Nothing came of the inputs but the `decisions` the test read: once the
+/// planner committed every input record, the decisions topic holds
+/// exactly that many, ever.
+async fn nothing_more(h: &Harness, decisions: i64) {
+    let progress = GroupProgress::new(&h.kafka, &h.brokers(), &PlannerSettings::default().group_id);
+    let inputs = ["failures", "cluster", "command-results"].map(|t| h.kafka.topic(t));
+    let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    progress.committed_all_of(&inputs, WAIT).await;
+    let written = progress.written(&h.kafka.topic("decisions"));
+    assert_eq!(written, decisions, "decisions in all");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +249,7 @@ async fn restarts_decide_once_and_empty_stores_rebuild() {
         "{}",
         second[0].reason
     );
-    nothing_more(&decisions).await;
+    nothing_more(&h, 7).await;
     stop.send(()).unwrap();
     task.await.unwrap();
 
@@ -260,7 +269,7 @@ async fn restarts_decide_once_and_empty_stores_rebuild() {
     let third: Vec<Decision> = read(&decisions, 1).await;
     assert_eq!(third[0].trigger.ref_id, failure);
     assert!(third[0].reason.contains("reattempt"), "{}", third[0].reason);
-    nothing_more(&decisions).await;
+    nothing_more(&h, 8).await;
     stop_planner(stop, task).await;
     // The log replays exactly, decisions and commands, across both owners.
     let comparison = replay_log(&h);
@@ -381,7 +390,7 @@ async fn a_takeover_after_retention_starts_from_the_checkpoint() {
         "{:?}",
         next[0]
     );
-    nothing_more(&decisions).await;
+    nothing_more(&h, 8).await;
     stop_planner(stop, task).await;
 }
 

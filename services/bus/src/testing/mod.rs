@@ -43,10 +43,97 @@ pub async fn read_records<T: AvroRecord>(consumer: &Consumer, n: usize, wait: Du
     out
 }
 
-/// Asserts that nothing more arrives within `quiet`.
-pub async fn assert_quiet(consumer: &Consumer, quiet: Duration) {
-    let extra = tokio::time::timeout(quiet, consumer.recv()).await;
-    assert!(extra.is_err(), "unexpected extra record");
+/// What a consumer group committed and what the topics hold, read by a
+/// client that joins nothing.
+pub struct GroupProgress {
+    client: rdkafka::consumer::BaseConsumer,
+}
+
+impl GroupProgress {
+    /// For consumer group `group` on `brokers`.
+    pub fn new(config: &crate::KafkaConfig, brokers: &str, group: &str) -> GroupProgress {
+        let mut client_config = crate::client::client_config(config, brokers);
+        client_config.set("group.id", group);
+        GroupProgress {
+            client: client_config.create().expect("a client"),
+        }
+    }
+
+    /// Every partition of `topics` with its high watermark now.
+    fn ends(&self, topics: &[&str]) -> rdkafka::TopicPartitionList {
+        use rdkafka::consumer::Consumer as _;
+        let timeout = Duration::from_secs(5);
+        let mut ends = rdkafka::TopicPartitionList::new();
+        for topic in topics {
+            let metadata = self
+                .client
+                .fetch_metadata(Some(topic), timeout)
+                .expect("metadata");
+            for partition in metadata.topics()[0].partitions() {
+                let (_, high) = self
+                    .client
+                    .fetch_watermarks(topic, partition.id(), timeout)
+                    .expect("watermarks");
+                ends.add_partition_offset(topic, partition.id(), rdkafka::Offset::Offset(high))
+                    .expect("a partition");
+            }
+        }
+        ends
+    }
+
+    /// Waits, up to `within`, until the group has committed every record
+    /// now on `topics`. A service marks a record done only once what it
+    /// came to is published, so after this its outputs for those records
+    /// are all on their topics: a check for "nothing more" that a slow
+    /// machine cannot pass by being slow.
+    pub async fn committed_all_of(&self, topics: &[&str], within: Duration) {
+        use rdkafka::consumer::Consumer as _;
+        let ends = self.ends(topics);
+        let started = std::time::Instant::now();
+        loop {
+            let committed = self
+                .client
+                .committed_offsets(ends.clone(), Duration::from_secs(5))
+                .expect("committed offsets");
+            let behind: Vec<String> = ends
+                .elements()
+                .iter()
+                .filter(|end| {
+                    let done = committed
+                        .find_partition(end.topic(), end.partition())
+                        .map(|c| c.offset());
+                    match (end.offset(), done) {
+                        (rdkafka::Offset::Offset(0), _) => false,
+                        (rdkafka::Offset::Offset(high), Some(rdkafka::Offset::Offset(next))) => {
+                            next < high
+                        }
+                        _ => true,
+                    }
+                })
+                .map(|end| format!("{}/{}", end.topic(), end.partition()))
+                .collect();
+            if behind.is_empty() {
+                return;
+            }
+            assert!(
+                started.elapsed() < within,
+                "not committed within {within:?}: {behind:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Records ever written to `topic` (the sum of its high watermarks).
+    pub fn written(&self, topic: &str) -> i64 {
+        self.ends(&[topic])
+            .elements()
+            .iter()
+            .map(|end| match end.offset() {
+                rdkafka::Offset::Offset(high) => high,
+                _ => 0,
+            })
+            .sum()
+    }
 }
 
 /// Stops a service task started with a shutdown channel and waits for it,
