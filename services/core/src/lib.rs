@@ -17,7 +17,7 @@ pub mod replay;
 pub mod signing;
 pub mod status;
 pub mod taxonomy;
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 
 pub use records::*;

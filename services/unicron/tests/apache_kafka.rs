@@ -187,57 +187,15 @@ fn tls_and_sasl_settings_pass_through_to_kafka() {
 
 /// The planner's test cluster: 4 nodes of 8 GPUs and one elastic job.
 fn cluster_setup(cluster: &str, time_ms: &mut i64) -> Vec<unicron_core::ClusterEvent> {
-    use unicron_core::*;
-    let event = |time_ms: i64, kind, node: Option<String>, job: Option<JobSpec>| ClusterEvent {
-        cluster: cluster.into(),
-        time_ms,
-        kind,
-        gpus: node.as_ref().map(|_| 8),
-        node,
-        job_id: job.as_ref().map(|_| "gpt".to_string()),
-        job,
-        address: None,
-        launch: None,
-        reason: None,
-        snapshot_address: None,
-        snapshots: Vec::new(),
-        restored: None,
-    };
+    use unicron_core::testing;
     let mut events = Vec::new();
     for n in 1..=4 {
         *time_ms += 1000;
-        events.push(event(
-            *time_ms,
-            ClusterEventKind::NodeJoined,
-            Some(format!("n{n}")),
-            None,
-        ));
+        events.push(testing::node_joined(cluster, &format!("n{n}"), 8, *time_ms));
     }
     *time_ms += 1000;
-    let job = JobSpec {
-        weight: 1.0,
-        min_gpus: 8,
-        max_gpus: 32,
-        unit_gpus: 8,
-        dp_degree: 4,
-        checkpoint_interval_s: 1800,
-        throughput: vec![
-            ThroughputPoint {
-                gpus: 8,
-                flops: 1e15,
-            },
-            ThroughputPoint {
-                gpus: 32,
-                flops: 3.8e15,
-            },
-        ],
-    };
-    events.push(event(
-        *time_ms,
-        ClusterEventKind::JobSubmitted,
-        None,
-        Some(job),
-    ));
+    let job = testing::job_spec(8, 32, 4, &[(8, 1e15), (32, 3.8e15)]);
+    events.push(testing::job_submitted(cluster, "gpt", job, *time_ms));
     events
 }
 

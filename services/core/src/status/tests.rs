@@ -3,8 +3,8 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::planner::{Input, Output, Planner, PolicyName};
 use crate::records::{
-    ClusterEvent, ClusterEventKind, CommandAction, CommandResult, CommandStatus, DetectionMethod,
-    FailureEvent, FailureKind, JobSpec, ThroughputPoint, Trigger,
+    ClusterEvent, ClusterEventKind, CommandAction, CommandResult, CommandStatus, FailureEvent,
+    FailureKind, JobSpec, ThroughputPoint, Trigger,
 };
 use crate::signing::CommandSigner;
 
@@ -118,21 +118,7 @@ impl Run {
 }
 
 fn failure(cluster: &str, id: &str, kind: FailureKind, at: i64) -> FailureEvent {
-    FailureEvent {
-        id: id.into(),
-        cluster: cluster.into(),
-        node: Some("n1".into()),
-        gpu: None,
-        job: None,
-        rank: None,
-        kind,
-        severity: kind.default_severity(),
-        method: DetectionMethod::LogRule,
-        rule: None,
-        evidence: vec![],
-        first_evidence_ms: at - 500,
-        detected_ms: at,
-    }
+    crate::testing::failure(id, cluster, "n1", kind, at - 500, at)
 }
 
 fn incidents_of(log: &[Read]) -> IncidentLog {
