@@ -547,3 +547,89 @@ async fn settled_elsewhere_offsets_and_reading_to_the_end_on_stop() {
     assert_eq!(sink.texts(DLQ).len(), 1, "the garbage was dead-lettered");
     assert_eq!(source.commits(), 1);
 }
+
+/// Work due by time: every tick queues an output for the end of the
+/// batch, and hears of the outputs published since (even of none).
+#[derive(Default)]
+struct Ticking {
+    ticks: usize,
+    reports: usize,
+    queued: Vec<unicron_runtime::Outgoing>,
+    done: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Processor for Ticking {
+    type Input = ();
+    type Action = Never;
+    type Error = RuntimeError;
+
+    fn decode(&self, _: &InboundRecord) -> Result<(), DecodeError> {
+        Ok(())
+    }
+
+    fn apply(&mut self, _: (), _: &mut Step<'_>) -> Result<Applied<Never>, RuntimeError> {
+        Ok(Applied::Done)
+    }
+
+    fn tick_every(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_secs(3600))
+    }
+
+    fn tick(&mut self, _: &unicron_runtime::Reading<'_>) -> Result<(), RuntimeError> {
+        self.ticks += 1;
+        self.queued.push(unicron_runtime::Outgoing {
+            topic: OUTPUT.into(),
+            partition: None,
+            key: b"t".to_vec(),
+            payload: format!("tick-{}", self.ticks).into_bytes(),
+        });
+        if self.ticks == 3 {
+            self.done.notify_one();
+        }
+        Ok(())
+    }
+
+    fn end_batch(&mut self) -> Result<unicron_runtime::BatchEnd, RuntimeError> {
+        let mut end = unicron_runtime::BatchEnd::default();
+        if !self.queued.is_empty() {
+            end.groups.push(std::mem::take(&mut self.queued));
+        }
+        Ok(end)
+    }
+
+    fn published(
+        &mut self,
+        _: &[Published],
+    ) -> Result<Vec<unicron_runtime::Outgoing>, RuntimeError> {
+        self.reports += 1;
+        Ok(Vec::new())
+    }
+}
+
+/// Ticks an hour apart run on tokio's paused clock: the test takes no
+/// wall time, and each tick's output goes out right after it.
+#[tokio::test(start_paused = true)]
+async fn ticks_run_on_a_virtual_clock() {
+    let source = ScriptedSource::new(&[(INPUT, 0)], Vec::new());
+    let sink = RecordingSink::default();
+    let mut ticking = Ticking::default();
+    let done = ticking.done.clone();
+    let started = std::time::Instant::now();
+    drive(
+        &source,
+        &sink,
+        &options(Durability::AtLeastOnce),
+        &dead_letters(),
+        &mut ticking,
+        async move { done.notified().await },
+    )
+    .await
+    .unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert_eq!(sink.texts(OUTPUT), ["tick-1", "tick-2", "tick-3"]);
+    assert!(
+        ticking.reports >= 3,
+        "heard after every tick: {}",
+        ticking.reports
+    );
+}
