@@ -10,6 +10,7 @@
 mod carrier;
 mod error;
 mod kernel_log;
+pub mod metrics;
 mod output;
 mod procfs;
 mod progress;
@@ -29,6 +30,7 @@ use unicron_executor::CommandProcessor;
 use unicron_runtime::{Durability, RuntimeError, RuntimeOptions, StartFrom};
 use unicron_store::{Store, StoreOptions};
 
+pub use self::metrics::METRICS;
 pub use error::AgentError;
 pub use progress::ProgressPatterns;
 pub use settings::{AgentSettings, JobSettings};
@@ -51,6 +53,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), AgentError> {
     settings.validate()?;
+    unicron_bus::metrics::describe_all(METRICS);
     let gate = unicron_executor::gate(
         "agent",
         &settings.cluster,

@@ -10,6 +10,7 @@ use std::time::Instant;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use unicron_core::AgentEventKind;
 
+use crate::metrics::{LINES_CAPPED, LINES_TRUNCATED};
 use crate::progress::ProgressTracker;
 use crate::report::{Reported, Reporter};
 
@@ -128,7 +129,7 @@ pub async fn follow(stream: impl AsyncRead + Unpin, which: Stream, mut ctx: Line
         }
         if !cap.take(now) {
             dropped += 1;
-            metrics::counter!("unicron_agent_lines_capped_total").increment(1);
+            ::metrics::counter!(LINES_CAPPED.name).increment(1);
             continue;
         }
         let mut attributes =
@@ -140,7 +141,7 @@ pub async fn follow(stream: impl AsyncRead + Unpin, which: Stream, mut ctx: Line
         let kept = cut(&line, ctx.max_line_bytes);
         if kept.len() < line.len() {
             attributes.insert("truncated_from_bytes".into(), line.len().to_string());
-            metrics::counter!("unicron_agent_lines_truncated_total").increment(1);
+            ::metrics::counter!(LINES_TRUNCATED.name).increment(1);
         }
         ctx.reporter.log(
             source,

@@ -14,6 +14,7 @@ use unicron_core::{
     AgentEvent, AgentEventKind, ClusterEvent, ClusterEventKind, LogRecord, WorkerReport,
 };
 
+use crate::metrics::RECORDS_DROPPED;
 use crate::settings::AgentSettings;
 
 /// Sends in flight at once; with the queue they bound what a broker
@@ -61,7 +62,7 @@ impl Reporter {
     pub fn send(&self, record: Reported) {
         if self.queue.try_send(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("unicron_agent_records_dropped_total").increment(1);
+            ::metrics::counter!(RECORDS_DROPPED.name).increment(1);
         }
     }
 
@@ -172,7 +173,7 @@ pub async fn send_all(
         let producer = producer.clone();
         tokio::spawn(async move {
             if let Err(error) = producer.send_bytes(&topic, key.as_bytes(), &payload).await {
-                metrics::counter!("unicron_agent_records_dropped_total").increment(1);
+                ::metrics::counter!(RECORDS_DROPPED.name).increment(1);
                 tracing::warn!(%topic, %error, "record not delivered");
             }
             drop(permit);

@@ -5,9 +5,11 @@
 //! archived range and never leaves a gap. Operator docs: `docs/archive.md`.
 
 mod error;
+pub mod metrics;
 mod service;
 mod settings;
 
+pub use self::metrics::METRICS;
 pub use error::ArchiverError;
 pub use service::run;
 pub use settings::ArchiverSettings;

@@ -21,6 +21,7 @@ use unicron_runtime::{
 };
 
 use crate::error::ArchiverError;
+use crate::metrics::{BYTES, FILES, METRICS, RECORDS};
 use crate::settings::ArchiverSettings;
 
 const SERVICE: &str = "archiver";
@@ -29,10 +30,6 @@ const ROLL_CHECK: Duration = Duration::from_secs(1);
 /// At a stop, how long the archiver keeps reading to the ends it took; a
 /// broker that is gone must not hold the stop up for longer.
 const TAIL_LIMIT: Duration = Duration::from_secs(30);
-
-const RECORDS: &str = "unicron_archiver_records_total";
-const FILES: &str = "unicron_archiver_files_total";
-const BYTES: &str = "unicron_archiver_bytes_total";
 
 /// Runs the archiver until `shutdown` completes or an unrecoverable error.
 /// On shutdown it reads each held partition up to the end it has then
@@ -120,7 +117,7 @@ impl Processor for Archiver {
     }
 
     fn describe_metrics(&self) {
-        describe_metrics();
+        unicron_bus::metrics::describe_all(METRICS);
     }
 
     fn tick_every(&self) -> Option<Duration> {
@@ -162,17 +159,8 @@ fn count(closed: &[ClosedFile]) {
     for c in closed {
         let topic = c.file.topic.clone();
         tracing::debug!(path = %c.file.path.display(), records = c.records, bytes = c.bytes, "closed");
-        metrics::counter!(RECORDS, "topic" => topic.clone()).increment(c.records);
-        metrics::counter!(FILES, "topic" => topic.clone()).increment(1);
-        metrics::counter!(BYTES, "topic" => topic).increment(c.bytes);
+        ::metrics::counter!(RECORDS.name, "topic" => topic.clone()).increment(c.records);
+        ::metrics::counter!(FILES.name, "topic" => topic.clone()).increment(1);
+        ::metrics::counter!(BYTES.name, "topic" => topic).increment(c.bytes);
     }
-}
-
-fn describe_metrics() {
-    metrics::describe_counter!(RECORDS, "Records archived in closed files, by topic.");
-    metrics::describe_counter!(FILES, "Archive files closed, by topic.");
-    metrics::describe_counter!(
-        BYTES,
-        "Bytes of closed archive files (compressed, as on disk), by topic."
-    );
 }

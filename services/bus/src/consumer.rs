@@ -187,7 +187,7 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 Timestamp::NotAvailable => None,
             },
         };
-        metrics::counter!(RECORDS_IN, "topic" => record.topic.clone()).increment(1);
+        ::metrics::counter!(RECORDS_IN.name, "topic" => record.topic.clone()).increment(1);
         Ok(record)
     }
 
@@ -196,8 +196,8 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
             .lag
             .entry((topic.to_string(), partition))
             .or_insert_with(|| {
-                metrics::gauge!(
-                    CONSUMER_LAG,
+                ::metrics::gauge!(
+                    CONSUMER_LAG.name,
                     "group" => self.group_id.clone(),
                     "topic" => topic.to_string(),
                     "partition" => partition.to_string()

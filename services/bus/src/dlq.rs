@@ -42,8 +42,8 @@ pub fn encode_dead_letter(
     codec: &AvroCodec<DeadLetter>,
 ) -> Result<(Vec<u8>, Vec<u8>), BusError> {
     tracing::warn!(topic = %record.topic, partition = record.partition, offset = record.offset, reason, "dead-lettered");
-    metrics::counter!(
-        DLQ_RECORDS,
+    ::metrics::counter!(
+        DLQ_RECORDS.name,
         "source_topic" => record.topic.clone(),
         "service" => service.to_string()
     )
@@ -92,8 +92,8 @@ impl DeadLetterSink {
         self.producer
             .send(&self.topic, &record.topic, &letter, &self.codec)
             .await?;
-        metrics::counter!(
-            DLQ_RECORDS,
+        ::metrics::counter!(
+            DLQ_RECORDS.name,
             "source_topic" => record.topic.clone(),
             "service" => self.service.clone()
         )

@@ -1,6 +1,7 @@
-//! The Prometheus endpoint every service serves, and the metric names shared
-//! by the I/O layer. Service-specific metrics are named in their crates and
-//! all are listed in `docs/metrics.md`.
+//! The Prometheus endpoint every service serves, the typed registry every
+//! crate declares its metrics in ([`Metric`]), and the metrics shared by
+//! the I/O layer. Service-specific metrics are declared in their crates'
+//! `METRICS` and all are listed in `docs/metrics.md`.
 
 use std::net::SocketAddr;
 use std::sync::{LazyLock, OnceLock};
@@ -15,17 +16,110 @@ use tokio::task::JoinHandle;
 
 use crate::error::BusError;
 
+/// How a metric is recorded, and so how Prometheus sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// `counter!`: only grows.
+    Counter,
+    /// `gauge!`: set to the latest value.
+    Gauge,
+    /// `histogram!`: rendered as a summary, since the exporter configures
+    /// no buckets (see `docs/metrics.md`).
+    Histogram,
+}
+
+/// One exported metric: the only place its name, kind and help are written.
+/// Call sites record under the const's `name`, never a literal, so each
+/// crate's `METRICS` is the whole list that dashboards, alert rules and
+/// docs are checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    /// The Prometheus name, `unicron_...`.
+    pub name: &'static str,
+    /// How it is recorded.
+    pub kind: MetricKind,
+    /// The `# HELP` text.
+    pub help: &'static str,
+}
+
+impl Metric {
+    /// A counter.
+    pub const fn counter(name: &'static str, help: &'static str) -> Metric {
+        Metric {
+            name,
+            kind: MetricKind::Counter,
+            help,
+        }
+    }
+
+    /// A gauge.
+    pub const fn gauge(name: &'static str, help: &'static str) -> Metric {
+        Metric {
+            name,
+            kind: MetricKind::Gauge,
+            help,
+        }
+    }
+
+    /// A histogram (rendered as a summary).
+    pub const fn histogram(name: &'static str, help: &'static str) -> Metric {
+        Metric {
+            name,
+            kind: MetricKind::Histogram,
+            help,
+        }
+    }
+
+    /// Gives the installed recorder this metric's kind and help text.
+    pub fn describe(&self) {
+        match self.kind {
+            MetricKind::Counter => ::metrics::describe_counter!(self.name, self.help),
+            MetricKind::Gauge => ::metrics::describe_gauge!(self.name, self.help),
+            MetricKind::Histogram => ::metrics::describe_histogram!(self.name, self.help),
+        }
+    }
+}
+
+/// Describes every metric of a registry (a crate's `METRICS`).
+pub fn describe_all(metrics: &[Metric]) {
+    for metric in metrics {
+        metric.describe();
+    }
+}
+
 /// Records consumed, by topic.
-pub const RECORDS_IN: &str = "unicron_records_in_total";
+pub const RECORDS_IN: Metric =
+    Metric::counter("unicron_records_in_total", "Records consumed, by topic.");
 /// Records produced (delivery confirmed), by topic.
-pub const RECORDS_OUT: &str = "unicron_records_out_total";
+pub const RECORDS_OUT: Metric = Metric::counter(
+    "unicron_records_out_total",
+    "Records produced and acknowledged, by topic.",
+);
 /// Records sent to the dead-letter topic, by source topic and service.
-pub const DLQ_RECORDS: &str = "unicron_dlq_records_total";
+pub const DLQ_RECORDS: Metric = Metric::counter(
+    "unicron_dlq_records_total",
+    "Records sent to the dead-letter topic, by source topic and service.",
+);
 /// Records between a consumer's position and the partition's high
 /// watermark at the latest fetch, by group, topic and partition.
-pub const CONSUMER_LAG: &str = "unicron_consumer_lag_records";
+pub const CONSUMER_LAG: Metric = Metric::gauge(
+    "unicron_consumer_lag_records",
+    "Records behind the partition's high watermark, by group, topic and partition.",
+);
 /// 1 while a service's consume loop runs, by service.
-pub const SERVICE_READY: &str = "unicron_service_ready";
+pub const SERVICE_READY: Metric = Metric::gauge(
+    "unicron_service_ready",
+    "1 while the service's consume loop runs, by service.",
+);
+
+/// The metrics the I/O layer records, in every service that uses it.
+pub const METRICS: &[Metric] = &[
+    RECORDS_IN,
+    RECORDS_OUT,
+    DLQ_RECORDS,
+    CONSUMER_LAG,
+    SERVICE_READY,
+];
 
 /// Services of this process and whether each is ready; `GET /readyz` is 200
 /// only when every registered service is.
@@ -40,7 +134,7 @@ pub fn register(service: &'static str) {
 /// Marks `service` ready (its consume loop runs) or not (it stopped).
 pub fn set_ready(service: &'static str, ready: bool) {
     READY.insert(service, ready);
-    metrics::gauge!(SERVICE_READY, "service" => service).set(if ready { 1.0 } else { 0.0 });
+    ::metrics::gauge!(SERVICE_READY.name, "service" => service).set(if ready { 1.0 } else { 0.0 });
 }
 
 /// Services that are registered and not ready; empty when the process is ready.
@@ -98,20 +192,7 @@ pub fn install() -> Result<PrometheusHandle, BusError> {
     let handle = PrometheusBuilder::new()
         .install_recorder()
         .map_err(|e| BusError::Metrics(e.to_string()))?;
-    metrics::describe_counter!(RECORDS_IN, "Records consumed, by topic.");
-    metrics::describe_counter!(RECORDS_OUT, "Records produced and acknowledged, by topic.");
-    metrics::describe_counter!(
-        DLQ_RECORDS,
-        "Records sent to the dead-letter topic, by source topic and service."
-    );
-    metrics::describe_gauge!(
-        CONSUMER_LAG,
-        "Records behind the partition's high watermark, by group, topic and partition."
-    );
-    metrics::describe_gauge!(
-        SERVICE_READY,
-        "1 while the service's consume loop runs, by service."
-    );
+    describe_all(METRICS);
     Ok(HANDLE.get_or_init(|| handle).clone())
 }
 

@@ -114,7 +114,7 @@ impl Producer {
                 Err((e, _)) => return Err(BusError::Kafka(e)),
             }
         };
-        metrics::counter!(RECORDS_OUT, "topic" => topic.to_string()).increment(1);
+        ::metrics::counter!(RECORDS_OUT.name, "topic" => topic.to_string()).increment(1);
         Ok(Delivered {
             partition: delivery.partition,
             offset: delivery.offset,
@@ -147,7 +147,7 @@ impl Producer {
         for (record, delivery) in records.iter().zip(queued) {
             match delivery.await {
                 Ok(Ok(at)) => {
-                    metrics::counter!(RECORDS_OUT, "topic" => record.topic.to_string())
+                    ::metrics::counter!(RECORDS_OUT.name, "topic" => record.topic.to_string())
                         .increment(1);
                     delivered.push(Delivered {
                         partition: at.partition,

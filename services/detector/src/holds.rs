@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use unicron_core::RoundTick;
 use unicron_core::detector::Detector;
 
+use crate::metrics::{INPUT_LAG, LAG_GUARD, PARTITION_DELAY};
+
 /// Holds the detector's silence timers from a lost broker connection
 /// until `grace` after the latest loss.
 pub(crate) struct OutageHold {
@@ -70,16 +72,13 @@ impl LagGuard {
     }
 
     pub(crate) fn update(&mut self, lag_records: i64, delay_ms: i64) {
-        metrics::gauge!("unicron_detector_input_lag_records").set(lag_records as f64);
-        metrics::gauge!("unicron_detector_partition_delay_seconds").set(delay_ms as f64 / 1000.0);
+        ::metrics::gauge!(INPUT_LAG.name).set(lag_records as f64);
+        ::metrics::gauge!(PARTITION_DELAY.name).set(delay_ms as f64 / 1000.0);
         self.held = (self.records > 0 && lag_records as u64 > self.records)
             || (self.delay_ms > 0 && delay_ms > self.delay_ms);
-        metrics::gauge!(LAG_GUARD).set(if self.held { 1.0 } else { 0.0 });
+        ::metrics::gauge!(LAG_GUARD.name).set(if self.held { 1.0 } else { 0.0 });
     }
 }
-
-pub(crate) const TIMERS_HELD: &str = "unicron_detector_silence_timers_held";
-pub(crate) const LAG_GUARD: &str = "unicron_detector_lag_guard_held";
 
 /// Idle ticks: when a cluster with a pending timer has had no record for
 /// `after` of wall time on inputs read to their end, its clock moves by

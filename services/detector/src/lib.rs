@@ -13,9 +13,11 @@
 mod discovery;
 mod error;
 mod holds;
+pub mod metrics;
 mod service;
 mod settings;
 
+pub use self::metrics::METRICS;
 pub use error::DetectorError;
 pub use service::{SERVICE, run};
 pub use settings::DetectorSettings;

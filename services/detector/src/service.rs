@@ -28,7 +28,10 @@ use unicron_runtime::{
 
 use crate::discovery::with_topic_discovery;
 use crate::error::DetectorError;
-use crate::holds::{IdleTicks, LAG_GUARD, LagGuard, OutageHold, TIMERS_HELD};
+use crate::holds::{IdleTicks, LagGuard, OutageHold};
+use crate::metrics::{
+    DETECTION_LATENCY, FAILURES, IDLE_TICKS, LAG_GUARD, METRICS, ROUND_SECONDS, ROUNDS, TIMERS_HELD,
+};
 use crate::settings::DetectorSettings;
 
 /// The detector's name in readiness, logs and `unicron_bus::metrics::joined`.
@@ -197,7 +200,7 @@ impl DetectorProcessor {
             }
         }
         round.failures = failures.iter().map(|f| f.id.clone()).collect();
-        metrics::counter!("unicron_detector_rounds_total").increment(1);
+        ::metrics::counter!(ROUNDS.name).increment(1);
         let mut end = BatchEnd::default();
         end.groups.push(vec![Outgoing::record(
             &self.topics,
@@ -335,8 +338,7 @@ impl Processor for DetectorProcessor {
     fn end_batch(&mut self) -> Result<BatchEnd, DetectorError> {
         let started = Instant::now();
         let end = self.run_round()?;
-        metrics::histogram!("unicron_detector_round_seconds")
-            .record(started.elapsed().as_secs_f64());
+        ::metrics::histogram!(ROUND_SECONDS.name).record(started.elapsed().as_secs_f64());
         Ok(end)
     }
 
@@ -404,7 +406,7 @@ impl Processor for DetectorProcessor {
             return Ok(());
         }
         let ticks = self.idle.due(&self.detector, reading.status.now);
-        metrics::counter!("unicron_detector_idle_ticks_total").increment(ticks.len() as u64);
+        ::metrics::counter!(IDLE_TICKS.name).increment(ticks.len() as u64);
         self.round.ticks.extend(ticks);
         Ok(())
     }
@@ -426,7 +428,7 @@ impl DetectorProcessor {
                 tracing::info!("heartbeat and hang timers released");
             }
             self.detector.hold_silence_timers(held);
-            metrics::gauge!(TIMERS_HELD).set(if held { 1.0 } else { 0.0 });
+            ::metrics::gauge!(TIMERS_HELD.name).set(if held { 1.0 } else { 0.0 });
         }
     }
 }
@@ -442,8 +444,8 @@ fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
         job = ?failure.job,
         "failure detected"
     );
-    metrics::counter!(
-        "unicron_detector_failures_total",
+    ::metrics::counter!(
+        FAILURES.name,
         "kind" => failure.kind.symbol(),
         "severity" => failure.severity.symbol()
     )
@@ -455,49 +457,15 @@ fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
         SystemTime::now().duration_since(UNIX_EPOCH),
     ) {
         let age = (now.as_millis() as i64 - produced).max(0) as f64 / 1000.0;
-        metrics::histogram!("unicron_detector_detection_latency_seconds").record(age);
+        ::metrics::histogram!(DETECTION_LATENCY.name).record(age);
     }
 }
 
 fn describe_metrics() {
-    metrics::describe_counter!(
-        "unicron_detector_failures_total",
-        "Failure events published, by kind and severity."
-    );
-    metrics::describe_gauge!(
-        TIMERS_HELD,
-        "1 while heartbeat and hang timers wait (a lost broker connection, or the lag guard)."
-    );
-    metrics::gauge!(TIMERS_HELD).set(0.0);
-    metrics::describe_counter!(
-        "unicron_detector_idle_ticks_total",
-        "Idle ticks applied for clusters whose inputs went quiet with a timer pending."
-    );
-    metrics::describe_counter!(
-        "unicron_detector_rounds_total",
-        "Rounds applied and recorded on the rounds topic."
-    );
-    metrics::describe_gauge!(
-        LAG_GUARD,
-        "1 while the lag guard holds heartbeat and hang timers (the detector is behind its inputs)."
-    );
-    metrics::gauge!(LAG_GUARD).set(0.0);
-    metrics::describe_gauge!(
-        "unicron_detector_input_lag_records",
-        "Most unread records on one input partition, by the latest fetch."
-    );
-    metrics::describe_gauge!(
-        "unicron_detector_partition_delay_seconds",
-        "How far the input partition furthest behind trails the newest, in event time, seconds."
-    );
-    metrics::describe_histogram!(
-        "unicron_detector_round_seconds",
-        "Time to apply one round (its records classified and correlated, timers fired), seconds."
-    );
-    metrics::describe_histogram!(
-        "unicron_detector_detection_latency_seconds",
-        "Wall-clock time from the triggering record's Kafka timestamp to its failure event, seconds."
-    );
+    unicron_bus::metrics::describe_all(METRICS);
+    // The holds start released; a scrape before the first change shows 0.
+    ::metrics::gauge!(TIMERS_HELD.name).set(0.0);
+    ::metrics::gauge!(LAG_GUARD.name).set(0.0);
 }
 
 #[cfg(test)]

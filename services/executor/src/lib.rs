@@ -9,9 +9,11 @@ mod backend;
 mod carrier;
 mod dedupe;
 mod error;
+pub mod metrics;
 mod service;
 mod settings;
 
+pub use self::metrics::METRICS;
 pub use backend::{Backend, Done};
 pub use carrier::{Carrier, Part};
 pub use error::ExecutorError;

@@ -27,6 +27,7 @@ use crate::backend::{Backend, Done};
 use crate::carrier::{Carrier, Part};
 use crate::dedupe::{self, Marker};
 use crate::error::ExecutorError;
+use crate::metrics::{COMMANDS, DUPLICATES, METRICS, REJECTIONS};
 use crate::settings::ExecutorSettings;
 
 const SERVICE: &str = "executor";
@@ -154,7 +155,7 @@ impl<C: Carrier> Processor for CommandProcessor<C> {
             .map(|bytes| Marker::decode(&bytes));
         if let Some(Marker::Finished(status)) = marker {
             tracing::info!(command = %command.id, ?status, "duplicate: already handled");
-            metrics::counter!("unicron_executor_duplicates_total").increment(1);
+            ::metrics::counter!(DUPLICATES.name).increment(1);
             return Ok(Applied::Done);
         }
         let checked = self.gate.check(&command);
@@ -167,8 +168,7 @@ impl<C: Carrier> Processor for CommandProcessor<C> {
             && !(resumed && verified(&rejection))
         {
             tracing::warn!(command = %command.id, reason = %rejection, "rejected");
-            metrics::counter!("unicron_executor_rejections_total", "reason" => rejection.label())
-                .increment(1);
+            ::metrics::counter!(REJECTIONS.name, "reason" => rejection.label()).increment(1);
             // An unverified id is whatever the sender wrote: remembering it
             // would let a forgery shadow the real command of that id.
             if verified(&rejection) {
@@ -197,7 +197,7 @@ impl<C: Carrier> Processor for CommandProcessor<C> {
     }
 
     fn describe_metrics(&self) {
-        describe_metrics();
+        unicron_bus::metrics::describe_all(METRICS);
     }
 }
 
@@ -260,8 +260,8 @@ impl<C: Carrier> CommandProcessor<C> {
         );
         result.cluster = self.gate.cluster().to_string();
         result.node = self.carrier.node().map(str::to_string);
-        metrics::counter!(
-            "unicron_executor_commands_total",
+        ::metrics::counter!(
+            COMMANDS.name,
             "action" => command.action.symbol(),
             "status" => dedupe::status_name(status)
         )
@@ -274,27 +274,4 @@ impl<C: Carrier> CommandProcessor<C> {
 /// Whether the command's signature held (it was refused for another reason).
 fn verified(rejection: &Rejection) -> bool {
     !matches!(rejection, Rejection::Unsigned | Rejection::Forged(_))
-}
-
-fn describe_metrics() {
-    metrics::describe_counter!(
-        "unicron_executor_commands_total",
-        "Results published, by action and status (accepted, succeeded, failed, rejected)."
-    );
-    metrics::describe_counter!(
-        "unicron_executor_rejections_total",
-        "Commands refused without acting, by reason (unsigned, forged, foreign, expired, unknown_action)."
-    );
-    metrics::describe_counter!(
-        "unicron_executor_duplicates_total",
-        "Commands seen again after they were handled, not acted on."
-    );
-    metrics::describe_counter!(
-        "unicron_executor_retries_total",
-        "Backend attempts retried after a transient error."
-    );
-    metrics::describe_histogram!(
-        "unicron_executor_backend_seconds",
-        "Time from the first backend attempt to the final answer, retries included, seconds."
-    );
 }

@@ -22,6 +22,7 @@ use unicron_runtime::{Outgoing, Published};
 use unicron_store::Store;
 
 use crate::error::PlannerError;
+use crate::metrics::CHECKPOINTS;
 use crate::stored::{clusters_of, state_key};
 
 /// Room left in a record for everything but the state chunk.
@@ -146,7 +147,7 @@ impl Checkpoints {
                         part.full_at = Some(now);
                     }
                     part.chunks = writing.chunks;
-                    metrics::counter!("unicron_planner_checkpoints_total").increment(1);
+                    ::metrics::counter!(CHECKPOINTS.name).increment(1);
                 } else {
                     let cluster = writing.pending.remove(0);
                     writing.chunks.entry(cluster).or_default().push(at.offset);

@@ -6,11 +6,13 @@
 
 mod checkpoint;
 mod error;
+pub mod metrics;
 mod service;
 mod settings;
 mod stored;
 mod takeover;
 
+pub use self::metrics::METRICS;
 pub use error::PlannerError;
 pub use service::run;
 pub use settings::PlannerSettings;

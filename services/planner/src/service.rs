@@ -17,6 +17,7 @@ use unicron_store::{Store, StoreOptions};
 
 use crate::checkpoint::{Cadence, CheckpointTopics, Checkpoints};
 use crate::error::PlannerError;
+use crate::metrics::{COMMANDS, DECISION_SECONDS, DECISIONS, METRICS, WAF};
 use crate::settings::PlannerSettings;
 use crate::stored::{index_key, load_cluster, state_key};
 
@@ -145,8 +146,7 @@ impl Processor for PlannerProcessor {
         };
         let started = Instant::now();
         let outputs = self.planner.apply(&input);
-        metrics::histogram!("unicron_planner_decision_seconds")
-            .record(started.elapsed().as_secs_f64());
+        ::metrics::histogram!(DECISION_SECONDS.name).record(started.elapsed().as_secs_f64());
         for output in outputs {
             match output {
                 Output::Rejected(reason) => {
@@ -158,18 +158,16 @@ impl Processor for PlannerProcessor {
                         .chosen_index
                         .and_then(|i| decision.alternatives.get(i as usize))
                     {
-                        metrics::gauge!("unicron_planner_waf", "cluster" => cluster.clone())
-                            .set(chosen.waf);
+                        ::metrics::gauge!(WAF.name, "cluster" => cluster.clone()).set(chosen.waf);
                     }
-                    metrics::counter!("unicron_planner_decisions_total", "cluster" => cluster.clone())
-                        .increment(1);
+                    ::metrics::counter!(DECISIONS.name, "cluster" => cluster.clone()).increment(1);
                     // The partition of the input, not the key's hash: a
                     // takeover reads one decisions partition per input
                     // partition, whatever partitioner the producers used.
                     step.send_to(Some(record.partition), cluster.as_bytes(), &decision)?;
                 }
                 Output::Command(command) => {
-                    metrics::counter!("unicron_planner_commands_total", "action" => command.action.symbol())
+                    ::metrics::counter!(COMMANDS.name, "action" => command.action.symbol())
                         .increment(1);
                     step.send(cluster.as_bytes(), &command)?;
                 }
@@ -190,7 +188,7 @@ impl Processor for PlannerProcessor {
     }
 
     fn describe_metrics(&self) {
-        describe_metrics();
+        unicron_bus::metrics::describe_all(METRICS);
     }
 
     /// Partitions moved: cached clusters may be stale. Reload them lazily,
@@ -250,39 +248,4 @@ pub(crate) fn co_partitioned(
         }
     }
     Ok(held.clone())
-}
-
-fn describe_metrics() {
-    metrics::describe_histogram!(
-        "unicron_planner_decision_seconds",
-        "Time to apply one input and decide, seconds."
-    );
-    metrics::describe_counter!(
-        "unicron_planner_decisions_total",
-        "Decisions taken, by cluster."
-    );
-    metrics::describe_counter!(
-        "unicron_planner_commands_total",
-        "Commands issued, by action."
-    );
-    metrics::describe_counter!(
-        "unicron_planner_caught_up_decisions_total",
-        "Decisions of other instances applied when taking over partitions."
-    );
-    metrics::describe_counter!(
-        "unicron_planner_catch_up_divergences_total",
-        "Decisions of other instances this instance did not reproduce (policy or configuration differ)."
-    );
-    metrics::describe_counter!(
-        "unicron_planner_checkpoints_total",
-        "Checkpoints of an input partition written (manifest published)."
-    );
-    metrics::describe_counter!(
-        "unicron_planner_checkpoints_restored_total",
-        "Input partitions taken over from a checkpoint ahead of the local store."
-    );
-    metrics::describe_gauge!(
-        "unicron_planner_waf",
-        "WAF of the chosen plan, by cluster (weighted FLOP/s)."
-    );
 }

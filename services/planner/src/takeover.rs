@@ -27,6 +27,9 @@ use unicron_store::{Commit, Store};
 
 use crate::checkpoint::Checkpoints;
 use crate::error::PlannerError;
+use crate::metrics::{
+    CATCH_UP_DIVERGENCES, CAUGHT_UP_DECISIONS, CHECKPOINTS_REJECTED, CHECKPOINTS_RESTORED,
+};
 use crate::stored::{clusters_of, index_key, load_cluster, state_key};
 
 /// Wanted chunk offsets this close are read in one run.
@@ -277,7 +280,7 @@ fn newest_checkpoint(
                 %reason,
                 "checkpoint: a cluster's state is not valid; not using the checkpoint"
             );
-            metrics::counter!("unicron_planner_checkpoints_rejected_total").increment(1);
+            ::metrics::counter!(CHECKPOINTS_REJECTED.name).increment(1);
             return Ok(None);
         }
         states.push((cluster.cluster.clone(), state));
@@ -335,7 +338,7 @@ fn apply(
             commit.consumed(topic, p, next);
         }
         store.commit(commit)?;
-        metrics::counter!("unicron_planner_checkpoints_restored_total").increment(1);
+        ::metrics::counter!(CHECKPOINTS_RESTORED.name).increment(1);
     }
     let mut commit = Commit::new();
     let indexed: BTreeSet<String> = clusters_of(store, p)?.into_iter().collect();
@@ -364,7 +367,7 @@ fn apply(
         store.commit(commit)?;
     }
     checkpoints.taken_over(p, history.decisions_end, outcome.applied);
-    metrics::counter!("unicron_planner_caught_up_decisions_total").increment(outcome.applied);
+    ::metrics::counter!(CAUGHT_UP_DECISIONS.name).increment(outcome.applied);
     if history.expired > 0 {
         tracing::warn!(
             partition = p,
@@ -373,7 +376,7 @@ fn apply(
         );
     }
     if outcome.diverged > 0 {
-        metrics::counter!("unicron_planner_catch_up_divergences_total").increment(outcome.diverged);
+        ::metrics::counter!(CATCH_UP_DIVERGENCES.name).increment(outcome.diverged);
         tracing::error!(
             partition = p,
             diverged = outcome.diverged,

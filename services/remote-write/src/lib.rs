@@ -10,14 +10,13 @@
 
 mod convert;
 mod error;
+pub mod metrics;
 pub mod proto;
 mod service;
 mod settings;
 
+pub use self::metrics::METRICS;
 pub use convert::{Converted, SOURCE, convert};
 pub use error::RemoteWriteError;
-pub use service::{
-    DLQ_SOURCE, PATH, REQUEST_SECONDS, REQUESTS, Receiver, SAMPLES, SAMPLES_SKIPPED,
-    SERIES_SKIPPED, SERVICE, run,
-};
+pub use service::{DLQ_SOURCE, PATH, Receiver, SERVICE, run};
 pub use settings::RemoteWriteSettings;

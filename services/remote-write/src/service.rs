@@ -21,6 +21,9 @@ use unicron_core::TelemetryBatch;
 
 use crate::convert::{Converted, convert, split_to_fit};
 use crate::error::RemoteWriteError;
+use crate::metrics::{
+    METRICS, REQUEST_SECONDS, REQUESTS, SAMPLES, SAMPLES_SKIPPED, SERIES_SKIPPED,
+};
 use crate::proto::WriteRequest;
 use crate::settings::RemoteWriteSettings;
 
@@ -31,18 +34,6 @@ pub const SERVICE: &str = "remote-write";
 /// `DeadLetter.source_topic` of a dead-lettered request body: it came over
 /// HTTP, not from a topic. The letter's key is the sender's address.
 pub const DLQ_SOURCE: &str = "remote-write";
-
-/// Requests answered, by HTTP status.
-pub const REQUESTS: &str = "unicron_remote_write_requests_total";
-/// Samples published to the telemetry topic (acknowledged).
-pub const SAMPLES: &str = "unicron_remote_write_samples_total";
-/// Series not published, by reason (`no_node`, `no_name`).
-pub const SERIES_SKIPPED: &str = "unicron_remote_write_series_skipped_total";
-/// Samples not published, by reason (`stale`: Prometheus' stale marker;
-/// `too_large`: one sample over `kafka.max_record_bytes`).
-pub const SAMPLES_SKIPPED: &str = "unicron_remote_write_samples_skipped_total";
-/// Seconds from a request's arrival to its answer.
-pub const REQUEST_SECONDS: &str = "unicron_remote_write_request_seconds";
 
 /// What every request needs.
 struct Shared {
@@ -88,7 +79,7 @@ impl Receiver {
         settings: &RemoteWriteSettings,
     ) -> Result<Receiver, RemoteWriteError> {
         settings.validate()?;
-        describe();
+        unicron_bus::metrics::describe_all(METRICS);
         unicron_bus::metrics::register(SERVICE);
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
@@ -184,8 +175,8 @@ async fn write(
 ) -> Response {
     let started = Instant::now();
     let answer = shared.handle(peer, &headers, body).await;
-    metrics::counter!(REQUESTS, "status" => answer.status.as_str().to_string()).increment(1);
-    metrics::histogram!(REQUEST_SECONDS).record(started.elapsed().as_secs_f64());
+    ::metrics::counter!(REQUESTS.name, "status" => answer.status.as_str().to_string()).increment(1);
+    ::metrics::histogram!(REQUEST_SECONDS.name).record(started.elapsed().as_secs_f64());
     if answer.status.is_server_error() || answer.status.is_client_error() {
         tracing::warn!(%peer, status = %answer.status, reason = %answer.text, "remote-write request refused");
     }
@@ -240,7 +231,7 @@ impl Shared {
         }
         let samples = converted.samples;
         match self.publish(converted.batches).await {
-            Ok(()) => metrics::counter!(SAMPLES).increment(samples as u64),
+            Ok(()) => ::metrics::counter!(SAMPLES.name).increment(samples as u64),
             Err(answer) => return answer,
         }
         if converted.no_node + converted.no_name == 0 {
@@ -316,7 +307,7 @@ impl Shared {
                 let payload = self.codec.encode(&part).map_err(|e| internal(e.into()))?;
                 if payload.len() > self.max_record_bytes {
                     tracing::warn!(node = %part.node, bytes = payload.len(), "one sample over kafka.max_record_bytes; dropped");
-                    metrics::counter!(SAMPLES_SKIPPED, "reason" => "too_large").increment(1);
+                    ::metrics::counter!(SAMPLES_SKIPPED.name, "reason" => "too_large").increment(1);
                     continue;
                 }
                 records.push((part.node, payload));
@@ -381,11 +372,12 @@ fn count_skipped(converted: &Converted) {
         ("no_name", converted.no_name),
     ] {
         if n > 0 {
-            metrics::counter!(SERIES_SKIPPED, "reason" => reason).increment(n as u64);
+            ::metrics::counter!(SERIES_SKIPPED.name, "reason" => reason).increment(n as u64);
         }
     }
     if converted.stale > 0 {
-        metrics::counter!(SAMPLES_SKIPPED, "reason" => "stale").increment(converted.stale as u64);
+        ::metrics::counter!(SAMPLES_SKIPPED.name, "reason" => "stale")
+            .increment(converted.stale as u64);
     }
 }
 
@@ -393,24 +385,4 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-fn describe() {
-    metrics::describe_counter!(REQUESTS, "Remote-write requests answered, by HTTP status.");
-    metrics::describe_counter!(
-        SAMPLES,
-        "Samples published to the telemetry topic and acknowledged."
-    );
-    metrics::describe_counter!(
-        SERIES_SKIPPED,
-        "Remote-write series not published, by reason (no_node, no_name)."
-    );
-    metrics::describe_counter!(
-        SAMPLES_SKIPPED,
-        "Remote-write samples not published, by reason (stale, too_large)."
-    );
-    metrics::describe_histogram!(
-        REQUEST_SECONDS,
-        "Seconds from a remote-write request's arrival to its answer."
-    );
 }

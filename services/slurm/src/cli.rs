@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::SlurmError;
 use crate::json::{self, JobView, NodeView};
+use crate::metrics::CALLS;
 
 /// Bytes of a failed command's output kept in its error.
 const MESSAGE_BYTES: usize = 512;
@@ -158,7 +159,7 @@ impl Slurm {
                 });
             }
         };
-        metrics::counter!("unicron_slurm_calls_total", "program" => program.to_string(), "ok" => out.status.success().to_string())
+        ::metrics::counter!(CALLS.name, "program" => program.to_string(), "ok" => out.status.success().to_string())
             .increment(1);
         if out.status.success() {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());

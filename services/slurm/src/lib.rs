@@ -11,9 +11,11 @@ pub mod cli;
 pub mod error;
 pub mod hostlist;
 pub mod json;
+pub mod metrics;
 pub mod poller;
 pub mod watch;
 
+pub use self::metrics::METRICS;
 pub use cli::Slurm;
 pub use error::SlurmError;
 pub use json::{JobView, NodeView};

@@ -16,6 +16,7 @@ use unicron_core::{ClusterEvent, ClusterEventKind};
 use crate::cli::Slurm;
 use crate::error::SlurmError;
 use crate::json::JobView;
+use crate::metrics::{METRICS, POLLS};
 use crate::watch::{self, Change, Condition};
 
 /// The `[slurm]` section: the poller, and the calls the executor's Slurm
@@ -85,6 +86,7 @@ pub async fn run_poller(
     brokers: &str,
     stop: impl Future<Output = ()>,
 ) -> Result<(), SlurmError> {
+    unicron_bus::metrics::describe_all(METRICS);
     let slurm = Slurm::new(
         settings.bin_dir.clone(),
         settings.conf.clone(),
@@ -166,8 +168,7 @@ async fn poll(slurm: &Slurm, seen: &Seen) -> (Vec<Change>, Seen) {
 }
 
 fn outcome(what: &'static str, ok: bool) {
-    metrics::counter!("unicron_slurm_polls_total", "what" => what, "ok" => ok.to_string())
-        .increment(1);
+    ::metrics::counter!(POLLS.name, "what" => what, "ok" => ok.to_string()).increment(1);
 }
 
 /// The cluster event for `change`, at this host's time.

@@ -12,6 +12,7 @@ use std::process::{Command, Output, Stdio};
 mod common;
 
 use serde_json::Value as Json;
+use unicron_bus::metrics::{Metric, MetricKind};
 // yaml_serde is serde_yaml continued by the YAML organization (same API,
 // maintained, rust-version 1.82); serde_yaml itself is archived.
 use yaml_serde::Value as Yaml;
@@ -180,21 +181,50 @@ fn config_flag(args: &[String]) -> Option<String> {
 // ---------------------------------------------------------------------------
 // Metrics in the code
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Counter,
     Gauge,
     /// `histogram!`: rendered as a summary (see `durations_are_queried_as_summaries`).
     Summary,
-    /// A `const NAME: &str = "unicron_..."` not seen in a macro call.
-    Unknown,
 }
 
-/// Every metric name the services and tools export, with its kind: the
-/// first argument of every `counter!`/`gauge!`/`histogram!` (and
-/// `describe_*`) call, literal or through a `&str` const, plus every
-/// `unicron_*` const.
-fn code_metrics() -> BTreeMap<String, Kind> {
+impl From<MetricKind> for Kind {
+    fn from(kind: MetricKind) -> Kind {
+        match kind {
+            MetricKind::Counter => Kind::Counter,
+            MetricKind::Gauge => Kind::Gauge,
+            MetricKind::Histogram => Kind::Summary,
+        }
+    }
+}
+
+/// Every crate's registry: the metrics it declares and records.
+const REGISTRIES: [(&str, &[Metric]); 8] = [
+    ("unicron-bus", unicron_bus::metrics::METRICS),
+    ("unicron-detector", unicron_detector::METRICS),
+    ("unicron-planner", unicron_planner::METRICS),
+    ("unicron-executor", unicron_executor::METRICS),
+    ("unicron-agent", unicron_agent::METRICS),
+    ("unicron-slurm", unicron_slurm::METRICS),
+    ("unicron-archiver", unicron_archiver::METRICS),
+    ("unicron-remote-write", unicron_remote_write::METRICS),
+];
+
+/// Every metric the services export, with its kind, from the registries.
+fn registry() -> BTreeMap<String, Kind> {
+    let mut metrics = BTreeMap::new();
+    for (krate, registry) in REGISTRIES {
+        for metric in registry {
+            let seen = metrics.insert(metric.name.to_string(), Kind::from(metric.kind));
+            assert!(seen.is_none(), "{krate}: {} is declared twice", metric.name);
+        }
+    }
+    metrics
+}
+
+/// The non-test Rust source of the services and tools, by path.
+fn sources() -> Vec<(String, String)> {
     let mut sources = Vec::new();
     for root in ["services", "tools"] {
         for file in files_under(root, &[".rs"]) {
@@ -202,36 +232,74 @@ fn code_metrics() -> BTreeMap<String, Kind> {
             if file.contains("/tests/") || file.contains("/benches/") {
                 continue;
             }
-            sources.push((file.clone(), read(&file)));
+            let text = read(&file);
+            sources.push((file, text));
         }
     }
-    let consts_of = |text: &str| {
-        let mut consts = BTreeMap::new();
+    sources
+}
+
+/// The first string literal at the start of `text` (after whitespace), if any.
+fn leading_literal(text: &str) -> Option<&str> {
+    text.trim_start().strip_prefix('"')?.split('"').next()
+}
+
+/// A scan of the source that keeps the registry complete: every metric
+/// declared (`Metric::counter("...")`, ...) is in a registry with its kind,
+/// every `unicron_*` `&str` const is registered, and every
+/// `counter!`/`gauge!`/`histogram!` call names its metric through a
+/// declared const's `name` of the same kind, never a literal.
+#[test]
+fn every_metric_in_the_source_is_in_the_registry() {
+    let metrics = registry();
+    let sources = sources();
+    let mut problems = Vec::new();
+    // Declared consts: ident -> kinds (two crates may use one ident).
+    let mut declared: BTreeMap<String, BTreeSet<Kind>> = BTreeMap::new();
+    for (file, text) in &sources {
+        for (ctor, kind) in [
+            ("Metric::counter(", Kind::Counter),
+            ("Metric::gauge(", Kind::Gauge),
+            ("Metric::histogram(", Kind::Summary),
+        ] {
+            for (at, _) in text.match_indices(ctor) {
+                let Some(name) = leading_literal(&text[at + ctor.len()..]) else {
+                    problems.push(format!("{file}: {ctor}...) without a literal name"));
+                    continue;
+                };
+                match metrics.get(name) {
+                    Some(seen) if *seen == kind => {}
+                    Some(seen) => problems.push(format!(
+                        "{file}: {name} is declared as {kind:?} but registered as {seen:?}"
+                    )),
+                    None => problems.push(format!("{file}: {name} is in no crate's METRICS")),
+                }
+                // `pub const IDENT: Metric =` before the constructor.
+                let head = text[..at].trim_end().trim_end_matches('=').trim_end();
+                if let Some(decl) = head.strip_suffix(": Metric")
+                    && let Some(ident) = decl.rsplit(char::is_whitespace).next()
+                {
+                    declared.entry(ident.to_string()).or_default().insert(kind);
+                }
+            }
+        }
         for line in text.lines() {
-            let line = line.trim();
-            let Some(rest) = line.split("const ").nth(1) else {
+            let Some(rest) = line.trim().split("const ").nth(1) else {
                 continue;
             };
             let Some((ident, value)) = rest.split_once(": &str = \"") else {
                 continue;
             };
             let name = value.split('"').next().unwrap();
-            if name.starts_with("unicron_") {
-                consts.insert(ident.trim().to_string(), name.to_string());
+            if name.starts_with("unicron_") && !metrics.contains_key(name) {
+                problems.push(format!(
+                    "{file}: const {} = {name:?} is in no crate's METRICS",
+                    ident.trim()
+                ));
             }
         }
-        consts
-    };
-    let mut global = BTreeMap::new();
-    for (_, text) in &sources {
-        global.extend(consts_of(text));
-    }
-    let mut metrics = BTreeMap::new();
-    for name in global.values() {
-        metrics.insert(name.clone(), Kind::Unknown);
     }
     for (file, text) in &sources {
-        let local = consts_of(text);
         for (mac, kind) in [
             ("counter!(", Kind::Counter),
             ("gauge!(", Kind::Gauge),
@@ -239,31 +307,35 @@ fn code_metrics() -> BTreeMap<String, Kind> {
         ] {
             for (at, _) in text.match_indices(mac) {
                 let arg = text[at + mac.len()..].trim_start();
-                let name = if let Some(literal) = arg.strip_prefix('"') {
-                    literal.split('"').next().unwrap().to_string()
-                } else {
-                    let ident: String = arg
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-                        .collect();
-                    let ident = ident.rsplit("::").next().unwrap();
-                    match local.get(ident).or_else(|| global.get(ident)) {
-                        Some(name) => name.clone(),
-                        None => continue, // a name built at run time: not ours to check
-                    }
-                };
-                if !name.starts_with("unicron_") {
+                if let Some(name) = leading_literal(arg) {
+                    problems.push(format!(
+                        "{file}: {mac}\"{name}\", ...): record through a registry const's name"
+                    ));
                     continue;
                 }
-                let seen = metrics.insert(name.clone(), kind);
-                assert!(
-                    matches!(seen, None | Some(Kind::Unknown)) || seen == Some(kind),
-                    "{file}: {name} is recorded as {kind:?} and as {seen:?}"
-                );
+                let path: String = arg
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let ident = path.rsplit("::").next().unwrap();
+                if !arg[path.len()..].starts_with(".name") {
+                    problems.push(format!(
+                        "{file}: {mac}{path}...) is not a registry const's name"
+                    ));
+                } else if ident == "self" {
+                    // `Metric::describe`.
+                } else if !declared
+                    .get(ident)
+                    .is_some_and(|kinds| kinds.contains(&kind))
+                {
+                    problems.push(format!(
+                        "{file}: {mac}{ident}.name) is not a declared {kind:?} const"
+                    ));
+                }
             }
         }
     }
-    metrics
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// Every `unicron_*` metric-like token in `text` (not a Rust path).
@@ -296,7 +368,7 @@ fn unknown_series(name: &str, metrics: &BTreeMap<String, Kind>) -> Option<String
             && let Some(kind) = metrics.get(base)
         {
             return match kind {
-                Kind::Summary | Kind::Unknown => None,
+                Kind::Summary => None,
                 _ => Some(format!("{base} is a {kind:?}: it has no {suffix} series")),
             };
         }
@@ -318,9 +390,9 @@ const METRIC_REFERENCES: [&str; 3] = [
 ];
 
 #[test]
-fn the_code_scan_finds_the_metrics() {
-    let metrics = code_metrics();
-    // Guards the scan itself: one name of each kind, literal and through a const.
+fn the_registry_holds_every_crates_metrics() {
+    let metrics = registry();
+    // One name of each kind, from the bus and from service crates.
     assert_eq!(
         metrics.get("unicron_records_in_total"),
         Some(&Kind::Counter),
@@ -341,11 +413,14 @@ fn the_code_scan_finds_the_metrics() {
         Some(&Kind::Counter),
         "{metrics:?}"
     );
+    for (krate, registry) in REGISTRIES {
+        assert!(!registry.is_empty(), "{krate} declares no metric");
+    }
 }
 
 #[test]
 fn dashboards_rules_and_docs_name_only_exported_metrics() {
-    let metrics = code_metrics();
+    let metrics = registry();
     let mut problems = Vec::new();
     for file in METRIC_REFERENCES {
         let refs = metric_refs(&read(file));
@@ -367,7 +442,7 @@ fn dashboards_rules_and_docs_name_only_exported_metrics() {
 #[test]
 fn every_exported_metric_is_documented() {
     let docs = read("docs/metrics.md");
-    let undocumented: Vec<_> = code_metrics()
+    let undocumented: Vec<_> = registry()
         .into_keys()
         .filter(|name| !docs.contains(&format!("| `{name}` |")))
         .collect();
@@ -388,7 +463,7 @@ fn durations_are_queried_as_summaries() {
              series; update docs/metrics.md, the dashboard, the rules and this test"
         );
     }
-    let metrics = code_metrics();
+    let metrics = registry();
     for file in METRIC_REFERENCES {
         let text = read(file);
         assert!(

@@ -23,6 +23,7 @@ use unicron_core::agent::{RankRestore, Role};
 use unicron_core::{ClusterEventKind, RestoreReport, SnapshotHeld};
 
 use crate::error::AgentError;
+use crate::metrics::{SNAPSHOT_BYTES, SNAPSHOT_MEMORY_LIMIT, SNAPSHOTS_REFUSED, SNAPSHOTS_STORED};
 use crate::report::{Reported, Reporter, now_ms};
 use crate::settings::AgentSettings;
 use store::{Origin, Snapshot, Store};
@@ -149,8 +150,7 @@ impl Snapshots {
             socket,
             address,
         });
-        metrics::gauge!("unicron_agent_snapshot_memory_limit_bytes")
-            .set(settings.snapshot_memory_limit as f64);
+        ::metrics::gauge!(SNAPSHOT_MEMORY_LIMIT.name).set(settings.snapshot_memory_limit as f64);
         tokio::spawn(local::serve(service.clone(), unix));
         if let Some(tcp) = tcp {
             tokio::spawn(peer::serve(service.clone(), tcp));
@@ -244,19 +244,18 @@ impl Snapshots {
     }
 
     fn held_changed(&self) {
-        metrics::gauge!("unicron_agent_snapshot_bytes").set(self.store().held_bytes() as f64);
+        ::metrics::gauge!(SNAPSHOT_BYTES.name).set(self.store().held_bytes() as f64);
     }
 
     fn store_error(&self, message: &str) {
-        metrics::counter!("unicron_agent_snapshots_refused_total", "reason" => "memory_limit")
-            .increment(1);
+        ::metrics::counter!(SNAPSHOTS_REFUSED.name, "reason" => "memory_limit").increment(1);
         self.note(None, None, message);
     }
 
     /// Says why something was not kept or not served: a counter, the
     /// agent's own log, and a line on the logs topic (source `snapshot`).
     fn refuse(&self, reason: &'static str, job: Option<&str>, rank: Option<i32>, message: &str) {
-        metrics::counter!("unicron_agent_snapshots_refused_total", "reason" => reason).increment(1);
+        ::metrics::counter!(SNAPSHOTS_REFUSED.name, "reason" => reason).increment(1);
         self.note(job, rank, message);
     }
 
@@ -279,7 +278,7 @@ impl Snapshots {
             self.store_error(&e.to_string());
             e.to_string()
         })?;
-        metrics::counter!("unicron_agent_snapshots_stored_total", "origin" => match origin {
+        ::metrics::counter!(SNAPSHOTS_STORED.name, "origin" => match origin {
             Origin::Own => "own",
             Origin::Replica => "replica",
             Origin::Fetched => "fetched",

@@ -16,6 +16,7 @@ use super::Snapshots;
 use super::local::reason_of;
 use super::store::{Origin, Snapshot};
 use super::wire::{self, Header, WireError};
+use crate::metrics::{REPLICA_BYTES, REPLICA_SECONDS};
 
 /// Tries of a fetch before the rank falls back to the disk checkpoint.
 const FETCH_TRIES: u32 = 3;
@@ -226,9 +227,8 @@ pub async fn replicate(service: Arc<Snapshots>, mut queue: mpsc::UnboundedReceiv
             match sent {
                 Ok(()) => {
                     let seconds = started.elapsed().as_secs_f64();
-                    metrics::counter!("unicron_agent_replica_bytes_total")
-                        .increment(snapshot.bytes());
-                    metrics::histogram!("unicron_agent_replica_seconds").record(seconds);
+                    ::metrics::counter!(REPLICA_BYTES.name).increment(snapshot.bytes());
+                    ::metrics::histogram!(REPLICA_SECONDS.name).record(seconds);
                     tracing::debug!(job = %snapshot.job, rank = snapshot.rank, step = snapshot.step, bytes = snapshot.bytes(), seconds, %holder, "replica sent");
                 }
                 Err(why) => {

@@ -14,6 +14,7 @@ use unicron_core::{Command, CommandAction};
 use unicron_slurm::Slurm;
 
 use crate::error::ExecutorError;
+use crate::metrics::{BACKEND_SECONDS, RETRIES};
 use crate::settings::{BackendSettings, DEFAULT_HTTP_TIMEOUT_S};
 
 /// Bytes of a backend's error text (HTTP body, stderr) kept in a reason.
@@ -90,10 +91,14 @@ impl Backend {
                 bin_dir,
                 conf,
                 release_nodes,
-            } => Backend::Slurm(slurm::SlurmBackend::new(
-                Slurm::new(bin_dir.clone(), conf.clone(), secs(*timeout_s)),
-                *release_nodes,
-            )),
+            } => {
+                // The Slurm client's calls are this executor's metrics too.
+                unicron_bus::metrics::describe_all(unicron_slurm::METRICS);
+                Backend::Slurm(slurm::SlurmBackend::new(
+                    Slurm::new(bin_dir.clone(), conf.clone(), secs(*timeout_s)),
+                    *release_nodes,
+                ))
+            }
         })
     }
 
@@ -143,7 +148,7 @@ impl Backend {
                 Attempt::Transient(why) => match backoff.delay_ms(attempt) {
                     Some(delay_ms) => {
                         tracing::warn!(command = %command.id, attempt, delay_ms, error = %why, "backend unavailable, retrying");
-                        metrics::counter!("unicron_executor_retries_total").increment(1);
+                        ::metrics::counter!(RETRIES.name).increment(1);
                         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
                         attempt += 1;
                     }
@@ -160,8 +165,7 @@ impl Backend {
                 },
             }
         };
-        metrics::histogram!("unicron_executor_backend_seconds")
-            .record(started.elapsed().as_secs_f64());
+        ::metrics::histogram!(BACKEND_SECONDS.name).record(started.elapsed().as_secs_f64());
         done
     }
 }

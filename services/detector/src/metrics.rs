@@ -1,0 +1,62 @@
+//! The detector's metrics, each declared once (see `unicron_bus::metrics::Metric`).
+
+use unicron_bus::metrics::Metric;
+
+/// Failure events published, by `kind` and `severity`.
+pub const FAILURES: Metric = Metric::counter(
+    "unicron_detector_failures_total",
+    "Failure events published, by kind and severity.",
+);
+/// 1 while heartbeat and hang timers wait.
+pub const TIMERS_HELD: Metric = Metric::gauge(
+    "unicron_detector_silence_timers_held",
+    "1 while heartbeat and hang timers wait (a lost broker connection, or the lag guard).",
+);
+/// Idle ticks applied.
+pub const IDLE_TICKS: Metric = Metric::counter(
+    "unicron_detector_idle_ticks_total",
+    "Idle ticks applied for clusters whose inputs went quiet with a timer pending.",
+);
+/// Rounds applied and recorded.
+pub const ROUNDS: Metric = Metric::counter(
+    "unicron_detector_rounds_total",
+    "Rounds applied and recorded on the rounds topic.",
+);
+/// 1 while the lag guard holds the timers.
+pub const LAG_GUARD: Metric = Metric::gauge(
+    "unicron_detector_lag_guard_held",
+    "1 while the lag guard holds heartbeat and hang timers (the detector is behind its inputs).",
+);
+/// Most unread records on one input partition.
+pub const INPUT_LAG: Metric = Metric::gauge(
+    "unicron_detector_input_lag_records",
+    "Most unread records on one input partition, by the latest fetch.",
+);
+/// How far the slowest input partition trails, in event time.
+pub const PARTITION_DELAY: Metric = Metric::gauge(
+    "unicron_detector_partition_delay_seconds",
+    "How far the input partition furthest behind trails the newest, in event time, seconds.",
+);
+/// Time to apply one round.
+pub const ROUND_SECONDS: Metric = Metric::histogram(
+    "unicron_detector_round_seconds",
+    "Time to apply one round (its records classified and correlated, timers fired), seconds.",
+);
+/// Wall-clock age of a failure's triggering record when it is published.
+pub const DETECTION_LATENCY: Metric = Metric::histogram(
+    "unicron_detector_detection_latency_seconds",
+    "Wall-clock time from the triggering record's Kafka timestamp to its failure event, seconds.",
+);
+
+/// Every metric the detector exports.
+pub const METRICS: &[Metric] = &[
+    FAILURES,
+    TIMERS_HELD,
+    IDLE_TICKS,
+    ROUNDS,
+    LAG_GUARD,
+    INPUT_LAG,
+    PARTITION_DELAY,
+    ROUND_SECONDS,
+    DETECTION_LATENCY,
+];
