@@ -434,7 +434,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
             Some(reason) => Some(self.dead_letter(record, reason)?),
             None => None,
         };
-        let Some(_) = self.store else {
+        if self.store.is_none() {
             if !staged.commit.is_empty() {
                 return Err(RuntimeError::NoStore {
                     service: self.service,
@@ -454,7 +454,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
             landed.truncate(staged.outputs.len());
             self.published.extend(landed);
             return Ok(());
-        };
+        }
         self.pending.append(staged.commit);
         if offset == Offset::Consumed {
             self.pending

@@ -61,9 +61,12 @@ impl<'a> Step<'a> {
         key: impl Into<Vec<u8>>,
         record: &T,
     ) -> Result<(), BusError> {
-        let payload = AvroCodec::<T>::default().encode(record)?;
-        let topic = self.topics.of::<T>().to_string();
-        self.publish_bytes(&topic, partition, key, payload);
+        self.outputs.push(OutboxEntry {
+            topic: self.topics.of::<T>().to_string(),
+            key: key.into(),
+            payload: AvroCodec::<T>::default().encode(record)?,
+            partition,
+        });
         Ok(())
     }
 
