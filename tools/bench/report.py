@@ -87,8 +87,8 @@ SECTIONS = [
     ("offline", "The whole loop offline",
      "The simulator driving the core detector, planner and executor gate in one thread, no broker: simulated seconds per real second.",
      "cargo bench -p unicron-tests --bench offline_loop"),
-    ("evaluation", "The evaluation at 10,240 GPUs",
-     "`unicron evaluate --scenario gpus-10240 --seeds 1` as a benchmark: a week of 1,280 nodes and 64 jobs, one failure trace fed to every policy, the runs spread over the cores (docs/EVALUATION.md).",
+    ("evaluation", "The evaluation at 10,240 GPUs and on the real trace",
+     "`unicron evaluate --seeds 1` as a benchmark: `gpus-10240`, a week of 1,280 nodes and 64 jobs; `real-infinitehbd`, StepFun's whole fault trace (349 days) on its 400 servers; `real-infinitehbd-10240`, the trace tiled over 1,280 nodes. One failure trace fed to every policy, the runs spread over the cores (docs/EVALUATION.md).",
      "cargo bench -p unicron-tests --bench evaluation"),
     ("replay", "Replay from the Avro archive, one core",
      "12 simulated hours of a 128-GPU cluster archived as the archiver writes it, then read back, every decision re-derived exactly and every failure re-derived in event-time order.",
@@ -157,6 +157,7 @@ def main():
     print()
     agent(work)
     slurm(work)
+    kubernetes(work)
     clusters(work)
     pipeline(work)
     sustained = os.path.join(work, "sustained.md")
@@ -255,6 +256,38 @@ def agent(work):
         with open(cost, encoding="utf-8") as f:
             print(f.read().rstrip())
         print()
+
+
+def kubernetes(work):
+    """unicron on a real Kubernetes control plane, against Kubernetes alone."""
+    path = os.path.join(work, "kubernetes.json")
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        r = json.load(f)
+    cp = r["control_plane"]
+    print("## Kubernetes: isolating through the API server, and Kubernetes alone")
+    print()
+    print(f"`tools/kubernetes/run.sh --json`: Kubernetes {cp['kubernetes']} (etcd, kube-apiserver,")
+    print("kube-controller-manager, kube-scheduler) built from the Go module proxy, kwok with")
+    print(f"{cp['nodes']} GPU nodes (`node-monitor-grace-period={cp['node_monitor_grace_s']}s`), ready in {cp['ready_s']:.1f} s;")
+    print("two Jobs planned from their annotations; `unicron up --no-sim` with the executor's")
+    print("Kubernetes backend and `kube-watch`. Times from the fault; \"alone\" is what")
+    print("Kubernetes does by itself.")
+    print()
+    print("| fault | detected | action | detect | API write | pod off the node | Kubernetes alone |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for f in r["faults"]:
+        def s(key):
+            v = f.get(key)
+            return "—" if v is None else f"{v:.2f} s"
+        alone = f.get("kubernetes_alone_s")
+        alone = f"{alone:.0f} s ({f['kubernetes_alone']})" if alone is not None else f["kubernetes_alone"]
+        print(f"| {f['fault']} | {f['detected']} | {f['action']} | {s('detect_s')} | {s('acted_s')} | {s('evicted_s')} | {alone} |")
+    print()
+    rp = r["replay"]
+    print(f"Replay of the run's archive: {rp['decisions']} decisions, {rp['diverged']} diverged.")
+    print()
 
 
 def slurm(work):

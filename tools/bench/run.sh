@@ -72,6 +72,9 @@ echo "bench: in-memory snapshots, overhead and replica transfer (about 3 min)" >
 echo "bench: a real Slurm, unicron and Slurm's own requeue (about 6 min)" >&2
 tools/slurm-demo/run.sh --json "$work/slurm.json" >"$work/slurm.out"
 
+echo "bench: a real Kubernetes control plane, five faults (about 3 min)" >&2
+tools/kubernetes/run.sh --json "$work/kubernetes.json" >"$work/kubernetes.out"
+
 # Sustained load through Apache Kafka; 10 minutes.
 echo "bench: sustained load through Apache Kafka (10 min)" >&2
 cargo build -q --release -p unicron-chaos --bin unicron-kafka

@@ -12,6 +12,7 @@ mod error;
 mod kernel_log;
 pub mod metrics;
 mod output;
+mod pod_env;
 mod procfs;
 mod progress;
 mod report;
@@ -32,6 +33,7 @@ use unicron_store::{Store, StoreOptions};
 
 pub use self::metrics::METRICS;
 pub use error::AgentError;
+pub use pod_env::{LABELS_FILE, PodStep};
 pub use progress::ProgressPatterns;
 pub use settings::{AgentSettings, JobSettings};
 pub use slurm_env::SlurmStep;

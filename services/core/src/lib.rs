@@ -14,6 +14,7 @@ pub mod executor;
 pub mod planner;
 pub mod records;
 pub mod replay;
+pub mod scheduler_view;
 pub mod signing;
 pub mod status;
 pub mod taxonomy;

@@ -202,6 +202,35 @@ const FAILING: &[(&str, &str)] = &[
         "exited_abnormally",
         "terminate called after throwing an instance of 'c10::DistBackendError'",
     ),
+    // What unicron kube-watch writes of node conditions and pods.
+    (
+        "gpu_driver_error",
+        "kubernetes: node gpu-3 condition SysLogsXIDError=True (SysLogsXIDErrorIsNotHealthy): ErrorCode:79 PCI:0000:3b:00 GPU has fallen off the bus",
+    ),
+    (
+        "ecc_error",
+        "kubernetes: node gpu-3 condition SysLogsXIDError=True (XidError): Xid 48: DBE detected",
+    ),
+    (
+        "nvlink_error",
+        "kubernetes: node gpu-3 condition GpuNvlinkWatch=True (GpuNvlinkWatchIsNotHealthy): NVLink link 4 is down",
+    ),
+    (
+        "ecc_error",
+        "kubernetes: node gpu-3 condition GpuMemWatch=True (GpuMemWatchIsNotHealthy): volatile DBE count 2",
+    ),
+    (
+        "out_of_memory",
+        "kubernetes: container trainer of pod train/gpt-workers-0-1 was OOMKilled (exit code 137)",
+    ),
+    (
+        "exited_abnormally",
+        "kubernetes: container trainer of pod train/gpt-workers-0-1 terminated with exit code 1 (Error)",
+    ),
+    (
+        "exited_abnormally",
+        "kubernetes: pod train/gpt-workers-0-1 on node gpu-3 was evicted (EvictionByEvictionAPI: Eviction API: evicting); its workers were killed",
+    ),
 ];
 
 const BENIGN: &[&str] = &[

@@ -89,6 +89,50 @@ pub enum BackendSettings {
         #[serde(default = "default_true")]
         release_nodes: bool,
     },
+    /// Kubernetes through its API server: isolate_node cordons, taints
+    /// `unicron.io/isolated` and evicts the job's pods; return_node undoes
+    /// only unicron's own; workloads without agents restart through their
+    /// controller; see docs/kubernetes.md.
+    Kubernetes {
+        /// A kubeconfig file; unset: `KUBECONFIG`, `~/.kube/config`, or
+        /// the pod's service account.
+        #[serde(default)]
+        kubeconfig: Option<PathBuf>,
+        #[serde(default)]
+        context: Option<String>,
+        /// Namespaces whose workloads the executor may touch.
+        #[serde(default = "default_namespaces")]
+        namespaces: Vec<String>,
+        /// Seconds each API call may take.
+        #[serde(default = "default_kubernetes_timeout_s")]
+        timeout_s: f64,
+        /// The resource pods ask GPUs with.
+        #[serde(default = "default_gpu_resource")]
+        gpu_resource: String,
+        /// Attempts of an eviction a PodDisruptionBudget refuses.
+        #[serde(default = "default_eviction_attempts")]
+        eviction_attempts: u32,
+        /// Delete an isolated node's pods at once when the node is not
+        /// Ready (its kubelet cannot confirm an eviction).
+        #[serde(default = "default_true")]
+        force_delete_unready: bool,
+    },
+}
+
+fn default_namespaces() -> Vec<String> {
+    unicron_kubernetes::ApiSettings::default().namespaces
+}
+
+fn default_kubernetes_timeout_s() -> f64 {
+    unicron_kubernetes::ApiSettings::default().timeout_s
+}
+
+fn default_gpu_resource() -> String {
+    "nvidia.com/gpu".to_string()
+}
+
+fn default_eviction_attempts() -> u32 {
+    unicron_kubernetes::Evictions::default().attempts
 }
 
 fn default_slurm_timeout_s() -> f64 {
@@ -162,7 +206,7 @@ impl ExecutorSettings {
         }
         if self.backend.is_none() {
             return Err(config(
-                "executor.backend: required (kind = \"http\", \"exec\", \"slurm\" or \"simulator\"; docs/executor.md)",
+                "executor.backend: required (kind = \"http\", \"exec\", \"slurm\", \"kubernetes\" or \"simulator\"; docs/executor.md)",
             ));
         }
         if self.public_keys.is_empty() {
@@ -233,6 +277,34 @@ impl BackendSettings {
             BackendSettings::Slurm { timeout_s, .. } => {
                 seconds("executor.backend.timeout_s", *timeout_s)
             }
+            BackendSettings::Kubernetes {
+                kubeconfig,
+                eviction_attempts,
+                gpu_resource,
+                ..
+            } => {
+                self.kubernetes_api()
+                    .map(|api| api.validate("executor.backend"))
+                    .unwrap_or(Ok(()))
+                    .map_err(config)?;
+                if let Some(path) = kubeconfig
+                    && !path.is_file()
+                {
+                    return Err(config(format!(
+                        "executor.backend.kubeconfig: {} is not a file",
+                        path.display()
+                    )));
+                }
+                if *eviction_attempts == 0 {
+                    return Err(config(
+                        "executor.backend.eviction_attempts: must be at least 1",
+                    ));
+                }
+                if gpu_resource.is_empty() {
+                    return Err(config("executor.backend.gpu_resource: must not be empty"));
+                }
+                Ok(())
+            }
             BackendSettings::Exec {
                 program,
                 args,
@@ -251,6 +323,40 @@ impl BackendSettings {
                 }
                 seconds("executor.backend.timeout_s", *timeout_s)
             }
+        }
+    }
+}
+
+impl BackendSettings {
+    /// The backend in a few words, for a startup line.
+    pub fn describe(&self) -> String {
+        match self {
+            BackendSettings::Http { url, .. } => format!("http {url}"),
+            BackendSettings::Exec { program, .. } => format!("exec {program}"),
+            BackendSettings::Simulator { url } => format!("simulator {url}"),
+            BackendSettings::Slurm { .. } => "slurm (scontrol)".to_string(),
+            BackendSettings::Kubernetes { namespaces, .. } => {
+                format!("kubernetes (namespaces {})", namespaces.join(","))
+            }
+        }
+    }
+
+    /// The API server settings of a Kubernetes backend.
+    pub fn kubernetes_api(&self) -> Option<unicron_kubernetes::ApiSettings> {
+        match self {
+            BackendSettings::Kubernetes {
+                kubeconfig,
+                context,
+                namespaces,
+                timeout_s,
+                ..
+            } => Some(unicron_kubernetes::ApiSettings {
+                kubeconfig: kubeconfig.clone(),
+                context: context.clone(),
+                namespaces: namespaces.clone(),
+                timeout_s: *timeout_s,
+            }),
+            _ => None,
         }
     }
 }

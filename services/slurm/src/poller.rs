@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use unicron_bus::{AvroCodec, KafkaConfig, Producer, Topic, Topics};
-use unicron_core::{ClusterEvent, ClusterEventKind};
+use unicron_core::ClusterEvent;
 
 use crate::cli::Slurm;
 use crate::error::SlurmError;
@@ -176,11 +176,5 @@ pub fn event(cluster: &str, change: &Change) -> ClusterEvent {
     let time_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let mut event = ClusterEvent::new(cluster, time_ms, change.kind);
-    match change.kind {
-        ClusterEventKind::JobFinished => event.job_id = Some(change.subject.clone()),
-        _ => event.node = Some(change.subject.clone()),
-    }
-    event.reason = Some(format!("slurm: {}", change.reason));
-    event
+    change.event(cluster, time_ms, "slurm")
 }

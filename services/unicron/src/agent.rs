@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use unicron_agent::{AgentSettings, JobSettings, SlurmStep};
+use unicron_agent::{AgentSettings, JobSettings, PodStep, SlurmStep};
 
 use crate::config::Config;
 use crate::services::Stop;
@@ -76,8 +76,24 @@ fn settings(
     config: &Config,
     args: &AgentArgs,
     slurm: Option<&SlurmStep>,
+    pod: Option<&PodStep>,
 ) -> anyhow::Result<AgentSettings> {
     let mut s = config.agent.clone();
+    // In a pod, the downward API and the workload's labels and variables
+    // name the node, the address and the job; the executor isolates nodes
+    // through the API server, and the pod ends when its job has.
+    if let Some(pod) = pod {
+        if s.node.is_empty()
+            && let Some(node) = &pod.node
+        {
+            s.node = node.clone();
+        }
+        if s.address.is_none() {
+            s.address = pod.address.clone();
+        }
+        s.scheduler_isolates = true;
+        s.exit_when_done = true;
+    }
     // Under srun, Slurm's environment names the node, the cluster and the
     // job; an executor drains nodes in Slurm, so isolation is its to answer.
     if let Some(step) = slurm {
@@ -96,8 +112,16 @@ fn settings(
     let job = args
         .job
         .clone()
-        .or_else(|| slurm.and_then(|step| step.job_name.clone()));
-    let allocation = slurm.map_or(0, |step| step.nodes.len() as u32);
+        .or_else(|| slurm.and_then(|step| step.job_name.clone()))
+        .or_else(|| pod.and_then(|p| p.job.clone()));
+    let allocation = slurm
+        .map(|step| step.nodes.len() as u32)
+        .or_else(|| pod.and_then(|p| p.nodes))
+        .unwrap_or(0);
+    let nproc_per_node = pod
+        .and_then(|p| p.nproc_per_node)
+        .filter(|_| args.nproc_per_node == 1)
+        .unwrap_or(args.nproc_per_node);
     let set = |target: &mut String, value: &Option<String>| {
         if let Some(v) = value {
             *target = v.clone();
@@ -133,9 +157,10 @@ fn settings(
             s.jobs.push(JobSettings {
                 id: id.clone(),
                 command: args.command.clone(),
-                nproc_per_node: args.nproc_per_node,
+                nproc_per_node,
                 min_nodes: args.min_nodes,
-                // Under Slurm: at most the allocation's nodes.
+                // Under Slurm: at most the allocation's nodes; in a pod, the
+                // workload's pods.
                 max_nodes: args.max_nodes.unwrap_or(allocation.max(args.min_nodes)),
                 weight: args.weight,
                 progress_patterns: args.progress_pattern.clone(),
@@ -178,7 +203,12 @@ pub async fn run(config: &Config, args: &AgentArgs) -> anyhow::Result<()> {
     let stop = Stop::listen()?;
     let slurm = SlurmStep::from_env(|name| std::env::var(name).ok())
         .map_err(|e| UsageError(format!("Slurm environment: {e}")))?;
-    let settings = settings(config, args, slurm.as_ref())?;
+    let labels_file = std::env::var("UNICRON_POD_LABELS")
+        .unwrap_or_else(|_| unicron_agent::LABELS_FILE.to_string());
+    let labels = std::fs::read_to_string(&labels_file).ok();
+    let pod = PodStep::from_env(|name| std::env::var(name).ok(), labels.as_deref())
+        .map_err(|e| UsageError(format!("pod environment: {e}")))?;
+    let settings = settings(config, args, slurm.as_ref(), pod.as_ref())?;
     let Some(brokers) = args
         .brokers
         .clone()

@@ -46,6 +46,10 @@ pub enum Command {
     /// Watch a Slurm cluster: node state (down, not responding, drained by others, back) and
     /// job ends from scontrol/sinfo/squeue into the cluster topic, changes only.
     SlurmWatch(crate::slurm::SlurmWatchArgs),
+    /// Watch a Kubernetes cluster: nodes (NotReady, cordoned or tainted by others, GPU
+    /// conditions, back), container terminations and evictions, and workloads (JobSet,
+    /// PyTorchJob, Job) into the cluster and logs topics (docs/kubernetes.md).
+    KubeWatch(crate::kube_watch::KubeWatchArgs),
     /// Run the archiver against `kafka.brokers`: every topic to Avro files in `archiver.dir`.
     Archiver,
     /// Receive Prometheus remote write (dcgm-exporter's series) on POST /api/v1/write and
@@ -142,6 +146,7 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
         Command::RemoteWrite(args) => crate::services::remote_write(&config, &args).await,
         Command::Agent(args) => crate::agent::run(&config, &args).await,
         Command::SlurmWatch(args) => crate::slurm::run(&config, &args).await,
+        Command::KubeWatch(args) => crate::kube_watch::run(&config, &args).await,
         #[cfg(feature = "simulator")]
         Command::Sim {
             duration,

@@ -5,14 +5,19 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use unicron_simulator::evaluate::{self, Evaluation};
+use unicron_simulator::real_trace::RealTrace;
+use unicron_simulator::real_trace::stats::TraceStats;
 
 use crate::usage::UsageError;
 
 #[derive(Debug, clap::Args)]
 pub struct EvaluateArgs {
     /// Scenario: paper, timeout-30m, gpus-1024, gpus-10240, rate-0.25x, rate-0.5x, rate-2x,
-    /// rate-4x, repair-30m, repair-8h, costs-0.5x, costs-2x, smoke, heterogeneous; or `rates`
-    /// (the paper setting at every failure rate, with a plot of the ratios against the rate).
+    /// rate-4x, repair-30m, repair-8h, costs-0.5x, costs-2x, smoke, heterogeneous, real-infinitehbd,
+    /// real-infinitehbd-checks, real-infinitehbd-heterogeneous, real-infinitehbd-10240; or `rates`
+    /// (the paper setting at every failure rate, with a plot of the ratios against the rate);
+    /// or `real` (the paper setting and every real-trace scenario, with the trace against the
+    /// model's assumptions).
     #[arg(long, default_value = "paper", value_name = "NAME")]
     pub scenario: String,
     /// Seeds per policy (1..=N); the table reports their mean and spread.
@@ -30,17 +35,17 @@ pub struct EvaluateArgs {
 
 pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     let scenarios = evaluate::scenarios();
-    let names: Vec<&str> = if args.scenario == "rates" {
-        evaluate::RATE_SWEEP.to_vec()
-    } else {
-        vec![args.scenario.as_str()]
+    let names: Vec<&str> = match args.scenario.as_str() {
+        "rates" => evaluate::RATE_SWEEP.to_vec(),
+        "real" => evaluate::REAL_SWEEP.to_vec(),
+        one => vec![one],
     };
     let mut chosen = Vec::new();
     for name in names {
         let Some(scenario) = scenarios.iter().find(|s| s.name == name) else {
             let names: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
             return Err(UsageError(format!(
-                "--scenario: `{}` is none of {}, rates",
+                "--scenario: `{}` is none of {}, rates, real",
                 args.scenario,
                 names.join(", ")
             ))
@@ -72,8 +77,9 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
     for evaluation in &evaluations {
         println!("{}", tables(evaluation));
     }
-    if args.scenario == "rates" {
-        print!("{}", evaluate::ratio_table(&evaluations));
+    let sweep = sweep_section(&args.scenario, &evaluations);
+    if let Some(section) = &sweep {
+        print!("{section}");
     }
     if let Some(path) = &args.json {
         std::fs::write(path, json(&evaluations)? + "\n")
@@ -92,16 +98,26 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
             write_section(dir, &evaluation.scenario.name, &section)?;
             write_plot(dir, &evaluation.scenario.name, &evaluate::svg(evaluation))?;
         }
-        if args.scenario == "rates" {
+        if let Some(section) = &sweep {
+            let plot = plot_name(&args.scenario);
             let section = format!(
-                "{}\n![unicron's WAF over each baseline's against the failure rate]({})\n\nProduced by `unicron evaluate --scenario rates --seeds {} --out {}`.",
-                evaluate::ratio_table(&evaluations),
-                plot_name("rates"),
+                "{section}\n![{}]({plot})\n\nProduced by `unicron evaluate --scenario {} --seeds {} --out {}`.",
+                if args.scenario == "rates" {
+                    "unicron's WAF over each baseline's against the failure rate"
+                } else {
+                    "hours between failures: the trace against Poisson arrivals"
+                },
+                args.scenario,
                 args.seeds,
                 dir.display()
             );
-            write_section(dir, "rates", &section)?;
-            write_plot(dir, "rates", &evaluate::ratio_svg(&evaluations))?;
+            write_section(dir, &args.scenario, &section)?;
+            let svg = if args.scenario == "rates" {
+                evaluate::ratio_svg(&evaluations)
+            } else {
+                TraceStats::of(&RealTrace::infinitehbd()).svg()
+            };
+            write_plot(dir, &args.scenario, &svg)?;
         }
         println!(
             "wrote {} and its plots in {}",
@@ -110,6 +126,26 @@ pub fn run(args: EvaluateArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// What a sweep adds to its scenarios' tables: unicron's ratios over each
+/// baseline across the sweep, and for `real` the trace against the model.
+fn sweep_section(name: &str, evaluations: &[Evaluation]) -> Option<String> {
+    match name {
+        "rates" => Some(evaluate::ratio_table(evaluations, "failure rate", |s| {
+            format!("{}x", s.rate)
+        })),
+        "real" => {
+            let stats = TraceStats::of(&RealTrace::infinitehbd());
+            let repair_h = evaluate::scenarios()[0].repair_s / 3_600.0;
+            Some(format!(
+                "The InfiniteHBD trace against the model the drawn scenarios assume:\n\n{}\nunicron's WAF over each baseline's, the paper setting beside the real trace (range over seeds):\n\n{}",
+                stats.markdown(repair_h),
+                evaluate::ratio_table(evaluations, "scenario", |s| format!("`{}`", s.name))
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// A scenario's result table and its downtime per failure by kind.

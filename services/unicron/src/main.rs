@@ -9,6 +9,7 @@ mod evaluate;
 mod explain;
 mod history;
 mod keys;
+mod kube_watch;
 mod logging;
 mod plan;
 mod replay;

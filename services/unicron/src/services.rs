@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use unicron_core::signing::CommandSigner;
 
 use crate::config::Config;
+use crate::usage::UsageError;
 
 /// Ctrl-C (SIGINT) or SIGTERM, which Kubernetes, Docker and systemd send
 /// to stop a service: either one shuts the service down cleanly. Signals
@@ -67,6 +68,14 @@ fn deployed(config: &Config, command: &str) -> anyhow::Result<(Stop, String)> {
 /// disabled; the endpoint lives as long as the returned value. With
 /// `may_move` (a local demo), a busy built-in default port gives way to a
 /// free one; a configured address stays strict.
+/// `--brokers`, else `kafka.brokers`: where a watcher publishes.
+pub fn brokers(config: &Config, given: &Option<String>) -> Result<String, UsageError> {
+    given
+        .clone()
+        .or_else(|| config.kafka.brokers.clone())
+        .ok_or_else(|| UsageError("--brokers: required (or kafka.brokers)".into()))
+}
+
 pub async fn serve_metrics(
     config: &Config,
     may_move: bool,

@@ -34,13 +34,7 @@ pub async fn run(config: &Config, args: &SlurmWatchArgs) -> anyhow::Result<()> {
     settings
         .validate()
         .map_err(|e| UsageError(format!("config: {e}")))?;
-    let Some(brokers) = args
-        .brokers
-        .clone()
-        .or_else(|| config.kafka.brokers.clone())
-    else {
-        return Err(UsageError("--brokers: required (or kafka.brokers)".into()).into());
-    };
+    let brokers = crate::services::brokers(config, &args.brokers)?;
     println!(
         "slurm-watch: cluster {} every {}s on {brokers}",
         settings.cluster, settings.poll_interval_s

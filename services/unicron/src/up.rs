@@ -55,9 +55,14 @@ pub struct UpArgs {
     /// Seed of the simulation: the same seed gives the same run; overrides sim.seed.
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// Inject failures from this CSV (time_s,node,kind) instead of the taxonomy mix.
+    /// Inject failures from this CSV (time_s,node,kind) instead of the taxonomy mix, or replay
+    /// a day of a real trace (tools/traces/infinitehbd/fault_trace.json).
     #[arg(long, value_name = "FILE", conflicts_with = "paper_rate")]
     pub trace: Option<PathBuf>,
+    /// The day of a real --trace to replay, from 0 (default: its busiest); overrides
+    /// sim.trace_day.
+    #[arg(long, value_name = "N", requires = "trace")]
+    pub trace_day: Option<u32>,
     /// Inject random failures at the paper setting's rate (one per 256
     /// GPU-hours, assumed) instead of the demonstration's failure every four
     /// simulated minutes (30x that rate on 128 GPUs).
@@ -254,7 +259,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         println!(
             "executor: cluster {}, backend {}",
             executor_settings.cluster,
-            describe(backend)
+            backend.describe()
         );
         let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
         services.spawn("executor", StopOrder::WithTheRest, |shutdown| async move {
@@ -290,6 +295,33 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             },
         );
     }
+    // A Kubernetes cluster's nodes, pods and workloads, when one is configured.
+    if !config.kubernetes.cluster.is_empty() {
+        config
+            .kubernetes
+            .validate()
+            .map_err(|e| crate::usage::UsageError(format!("config: {e}")))?;
+        println!(
+            "kube-watch: cluster {}, namespaces {}",
+            config.kubernetes.cluster,
+            config.kubernetes.namespaces.join(",")
+        );
+        let (kafka, at, settings) = (
+            config.kafka.clone(),
+            bootstrap.clone(),
+            config.kubernetes.clone(),
+        );
+        services.spawn(
+            "kube-watch",
+            StopOrder::WithTheRest,
+            |shutdown| async move {
+                Ok(
+                    unicron_kubernetes::run_watcher(&settings, &kafka, &at, shutdown.wait())
+                        .await?,
+                )
+            },
+        );
+    }
     if let (Some(sim), Some(c)) = (&sim, &sim_config) {
         println!(
             "sim: cluster {}, {} nodes x {} GPUs, {} jobs, seed {}, speed {}x, actions at http://{}/actions",
@@ -297,7 +329,9 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         );
         println!(
             "sim: failures {}",
-            unicron_simulator::truth::rate_label(c.rate_vs_paper(), c.arrivals)
+            c.trace_label().unwrap_or_else(|| {
+                unicron_simulator::truth::rate_label(c.rate_vs_paper(), c.arrivals)
+            })
         );
     }
 
@@ -435,13 +469,14 @@ fn progress_line(p: &Progress, rate: f64) -> String {
 /// The configuration of a run on the simulator: unless set, its isolation
 /// limit is 2% of the nodes scaled by the simulated failure rate, so it
 /// bounds the same share of failures as on a real cluster (16 nodes at 30x
-/// the paper's rate would otherwise allow one isolation an hour).
+/// the paper's rate would otherwise allow one isolation an hour; a real
+/// trace's day folded onto the nodes scales it as much).
 fn with_isolation_limit(config: &Config, sim: Option<&SimConfig>) -> Config {
     let mut config = config.clone();
     if let Some(sim) = sim
         && config.planner.tuning.max_isolations_per_hour.is_none()
     {
-        let nodes = sim.nodes as f64 * sim.rate_vs_paper().max(1.0);
+        let nodes = sim.nodes as f64 * sim.rate_vs_paper().max(sim.trace_fold());
         let limit = (nodes * unicron_core::planner::DEFAULT_ISOLATION_SHARE).ceil();
         config.planner.tuning.max_isolations_per_hour = Some(limit.max(1.0) as u32);
     }
@@ -472,15 +507,6 @@ fn write_run_tuning(config: &Config, run_dir: &std::path::Path) -> anyhow::Resul
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-fn describe(backend: &BackendSettings) -> String {
-    match backend {
-        BackendSettings::Http { url, .. } => format!("http {url}"),
-        BackendSettings::Exec { program, .. } => format!("exec {program}"),
-        BackendSettings::Simulator { url } => format!("simulator {url}"),
-        BackendSettings::Slurm { .. } => "slurm (scontrol)".to_string(),
-    }
-}
-
 /// The simulator's settings with the command line's overrides, or `None`
 /// with `--no-sim`.
 fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig>> {
@@ -503,6 +529,9 @@ fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig
     if let Some(trace) = &args.trace {
         sim.trace = Some(trace.clone());
     }
+    if let Some(day) = args.trace_day {
+        sim.trace_day = Some(day);
+    }
     if args.paper_rate {
         sim.mtbf_s = None;
         sim.arrivals = Arrivals::Poisson;
@@ -517,10 +546,7 @@ fn sim_config(config: &Config, args: &UpArgs) -> anyhow::Result<Option<SimConfig
     }
     sim.validate()
         .map_err(|e| crate::usage::UsageError(e.replace("sim.nodes", "--sim-nodes / sim.nodes")))?;
-    if let Some(trace) = &sim.trace {
-        unicron_simulator::faults::read_trace(trace)
-            .map_err(|e| crate::usage::UsageError(format!("sim.trace: {e}")))?;
-    }
+    sim.load_trace().map_err(crate::usage::UsageError)?;
     Ok(Some(sim))
 }
 

@@ -24,6 +24,35 @@ fn lines(dir: &Path, node: &str) -> Vec<String> {
         .collect()
 }
 
+/// [`wait_for`], failing with the agents' last lines, so a timeout says
+/// where the restart stopped.
+fn wait_showing<T>(
+    dir: &Path,
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if start.elapsed() > within {
+            let tail = |name: &str| {
+                let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+                let last: Vec<&str> = text.lines().rev().take(20).collect();
+                last.into_iter().rev().collect::<Vec<_>>().join("\n")
+            };
+            let logs: Vec<String> = ["d1.err", "d2.err", "d1.out", "d2.out"]
+                .iter()
+                .map(|name| format!("--- {name}\n{}", tail(name)))
+                .collect();
+            panic!("timed out waiting for {what}\n{}", logs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 fn newest_epoch(lines: &[String]) -> Option<i64> {
     lines.iter().rev().find_map(|l| {
         l.split("] Epoch ")
@@ -109,7 +138,7 @@ fn a_public_ddp_script_resumes_from_memory_after_a_kill() {
     signal(pid, "KILL");
     let before = newest_epoch(&lines(dir, "d1")).unwrap();
 
-    let resumed = wait_for("both ranks resumed", Duration::from_secs(60), || {
+    let resumed = wait_showing(dir, "both ranks resumed", Duration::from_secs(120), || {
         let found: Vec<String> = ["d1", "d2"]
             .iter()
             .filter_map(|n| {

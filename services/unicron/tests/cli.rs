@@ -115,6 +115,35 @@ fn bad_simulation_flags_are_one_line_and_exit_2() {
         stderr.contains("sim.trace:") && stderr.contains(":2: kind: `gremlins`"),
         "{stderr}"
     );
+
+    // A real trace: a day it does not have, and a file not in its format.
+    let real = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tools/traces/infinitehbd/fault_trace.json"
+    );
+    let out = run(&[
+        "up",
+        "--trace",
+        real,
+        "--trace-day",
+        "999",
+        "--duration",
+        "1s",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("sim.trace_day: 999 is past the trace's 349 days"),
+        "{stderr}"
+    );
+    let json = dir.path().join("trace.json");
+    std::fs::write(&json, "{\"faults\": []}").unwrap();
+    let out = run(&["up", "--trace", json.to_str().unwrap(), "--duration", "1s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not an InfiniteHBD trace"), "{stderr}");
 }
 
 #[test]

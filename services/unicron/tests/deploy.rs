@@ -200,13 +200,14 @@ impl From<MetricKind> for Kind {
 }
 
 /// Every crate's registry: the metrics it declares and records.
-const REGISTRIES: [(&str, &[Metric]); 8] = [
+const REGISTRIES: [(&str, &[Metric]); 9] = [
     ("unicron-bus", unicron_bus::metrics::METRICS),
     ("unicron-detector", unicron_detector::METRICS),
     ("unicron-planner", unicron_planner::METRICS),
     ("unicron-executor", unicron_executor::METRICS),
     ("unicron-agent", unicron_agent::METRICS),
     ("unicron-slurm", unicron_slurm::METRICS),
+    ("unicron-kubernetes", unicron_kubernetes::METRICS),
     ("unicron-archiver", unicron_archiver::METRICS),
     ("unicron-remote-write", unicron_remote_write::METRICS),
 ];
@@ -550,7 +551,8 @@ fn kustomization_lists_every_manifest() {
                 && doc["metadata"]["name"].is_string(),
             "a manifest without apiVersion, kind or metadata.name: {doc:?}"
         );
-        if kind != "Namespace" {
+        // Cluster-scoped kinds have no namespace (kustomize sets none).
+        if !["Namespace", "ClusterRole", "ClusterRoleBinding"].contains(&kind) {
             assert_eq!(
                 doc["metadata"]["namespace"].as_str(),
                 kustomization["namespace"].as_str(),

@@ -110,6 +110,11 @@ impl Workload {
     }
 }
 
+/// How a day of a real trace is read for a demonstration: the faults a job
+/// sees. The others (a site's stress tests, sensors) take out servers no
+/// job uses; the trace's busiest day by all faults is one of stress tests.
+pub const DEMONSTRATED: crate::real_trace::Reading = crate::real_trace::Reading::ChecksFindTheirOwn;
+
 /// Everything that shapes a simulated cluster and its run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -131,8 +136,14 @@ pub struct SimConfig {
     pub mtbf_s: Option<f64>,
     /// How failure times and kinds are drawn when no trace is given.
     pub arrivals: Arrivals,
-    /// Failure trace CSV (`time_s,node,kind`); replaces the random mix.
+    /// Failure trace that replaces the random mix: a CSV (`time_s,node,kind`,
+    /// optionally `repair_s,category`), or a real trace in the InfiniteHBD
+    /// JSON format (`tools/traces/infinitehbd/fault_trace.json`), of which
+    /// one day is replayed with every server folded onto these nodes.
     pub trace: Option<PathBuf>,
+    /// The day of a real trace to replay, counted from 0; unset: its
+    /// busiest day.
+    pub trace_day: Option<u32>,
     /// Simulated seconds an isolated node takes to come back repaired.
     pub repair_s: f64,
     /// The jobs' collective timeout (NCCL's watchdog): a hang nothing acted
@@ -186,6 +197,7 @@ impl Default for SimConfig {
             mtbf_s: None,
             arrivals: Arrivals::Poisson,
             trace: None,
+            trace_day: None,
             repair_s: 2.0 * 3600.0,
             collective_timeout_s: 30.0 * 60.0,
             nccl_timeout: NcclTimeoutShows::Line,
@@ -309,6 +321,90 @@ impl SimConfig {
         if self.log_every_iterations == 0 {
             return bad("log_every_iterations", "must be at least 1".into());
         }
+        if self.trace_day.is_some() && !self.real_trace() {
+            return bad(
+                "trace_day",
+                "only for a real trace (sim.trace ending in .json)".into(),
+            );
+        }
         Ok(())
+    }
+
+    /// Whether `trace` names a real trace (JSON) rather than a CSV.
+    fn real_trace(&self) -> bool {
+        self.trace
+            .as_ref()
+            .is_some_and(|p| p.extension().is_some_and(|e| e == "json"))
+    }
+
+    /// How many of a real trace's servers each node stands for when its day
+    /// is folded onto this cluster (1 without one): its failures come that
+    /// much more often per node, as the demonstration's faster rate does.
+    pub fn trace_fold(&self) -> f64 {
+        if !self.real_trace() {
+            return 1.0;
+        }
+        let servers = self
+            .trace
+            .as_ref()
+            .and_then(|path| crate::real_trace::RealTrace::read_infinitehbd(path, 0).ok());
+        servers.map_or(1.0, |t| (t.servers as f64 / f64::from(self.nodes)).max(1.0))
+    }
+
+    /// Where the failures of a run with a trace come from, for people:
+    /// `from FILE (N failures)`, and for a real trace the day and how its
+    /// servers land on the nodes.
+    pub fn trace_label(&self) -> Option<String> {
+        let path = self.trace.as_ref()?;
+        let count = self.load_trace().ok().flatten().map_or(0, |t| t.len());
+        if !self.real_trace() {
+            return Some(format!("from {} ({count} failures)", path.display()));
+        }
+        let day = match self.trace_day {
+            Some(day) => day.to_string(),
+            None => crate::real_trace::RealTrace::read_infinitehbd(path, 0)
+                .map_or("?".into(), |t| {
+                    format!("{} (its busiest)", t.busiest_day(DEMONSTRATED))
+                }),
+        };
+        Some(format!(
+            "from day {day} of the real trace {}: {count} faults, every server of the trace folded onto these {} nodes, each node out for its real repair",
+            path.display(),
+            self.nodes
+        ))
+    }
+
+    /// The failures `trace` names, if set: the CSV's, or one day of the real
+    /// trace (`trace_day`, else its busiest) on this cluster's nodes, the
+    /// faults a job sees ([`DEMONSTRATED`]), moved so the first comes ten
+    /// minutes in.
+    pub fn load_trace(&self) -> Result<Option<Vec<crate::faults::TraceEntry>>, String> {
+        use crate::real_trace::{Fit, RealTrace};
+        let Some(path) = &self.trace else {
+            return Ok(None);
+        };
+        let named = |e: crate::faults::TraceError| format!("sim.trace: {e}");
+        if !self.real_trace() {
+            return crate::faults::read_trace(path).map(Some).map_err(named);
+        }
+        let trace = RealTrace::read_infinitehbd(path, 0).map_err(named)?;
+        let day = self
+            .trace_day
+            .unwrap_or_else(|| trace.busiest_day(DEMONSTRATED));
+        let days = (trace.span_s / 86_400.0).ceil() as u32;
+        if day >= days {
+            return Err(format!(
+                "sim.trace_day: {day} is past the trace's {days} days"
+            ));
+        }
+        let window = trace.window(f64::from(day) * 86_400.0, 86_400.0);
+        let mut entries = window.entries(&self.node_names(), self.seed, DEMONSTRATED, Fit::Fold);
+        // The first fault ten minutes in: the demonstration's jobs run by
+        // then, and it need not wait out the quiet hours before.
+        let skip = entries.first().map_or(0.0, |e| e.at_s - 600.0);
+        for e in &mut entries {
+            e.at_s -= skip;
+        }
+        Ok(Some(entries))
     }
 }

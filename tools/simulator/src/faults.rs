@@ -182,7 +182,17 @@ pub struct TraceEntry {
     pub at_s: f64,
     pub node: String,
     pub kind: FailureKind,
+    /// A real trace's repair: the node stays broken (only taking it out
+    /// fixes the failure, whatever its kind) and is back this many seconds
+    /// after the entry. `None`: the kind's severity decides and an
+    /// isolation lasts the cluster's `repair_s`.
+    pub repair_s: Option<f64>,
+    /// The trace's own name for the failure (a real trace's category).
+    pub category: Option<String>,
 }
+
+/// The columns of a trace CSV; the last two are optional.
+const COLUMNS: [&str; 5] = ["time_s", "node", "kind", "repair_s", "category"];
 
 /// Why a trace file cannot be used, naming the line and field.
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +209,16 @@ pub enum TraceError {
         field: &'static str,
         reason: String,
     },
+    /// An event of a real trace (`index` counts from 1).
+    #[error("{path}: event {index}: {field}: {reason}")]
+    Event {
+        path: String,
+        index: usize,
+        field: &'static str,
+        reason: String,
+    },
+    #[error("{path}: {reason}")]
+    Format { path: String, reason: String },
 }
 
 impl TraceEntry {
@@ -239,6 +259,8 @@ pub fn draw_trace(
             at_s: at_ms as f64 / 1000.0,
             node: node.clone(),
             kind: pick(rng.random()),
+            repair_s: None,
+            category: None,
         });
     }
 }
@@ -251,18 +273,32 @@ pub(crate) fn exponential_ms(rng: &mut rand_chacha::ChaCha8Rng, mean_ms: f64) ->
     (-(1.0 - u).ln() * mean_ms) as i64
 }
 
-/// A trace as the CSV [`parse_trace`] reads.
+/// A trace as the CSV [`parse_trace`] reads: `time_s,node,kind`, and
+/// `repair_s,category` too when an entry has either.
 pub fn write_trace(entries: &[TraceEntry]) -> String {
     use std::fmt::Write;
-    let mut out = String::from("time_s,node,kind\n");
+    let long = entries
+        .iter()
+        .any(|e| e.repair_s.is_some() || e.category.is_some());
+    let columns = if long { &COLUMNS[..] } else { &COLUMNS[..3] };
+    let mut out = columns.join(",") + "\n";
     for e in entries {
-        let _ = writeln!(out, "{:.3},{},{}", e.at_s, e.node, e.kind.symbol());
+        let _ = write!(out, "{:.3},{},{}", e.at_s, e.node, e.kind.symbol());
+        if long {
+            let repair = e.repair_s.map(|r| format!("{r:.3}")).unwrap_or_default();
+            // A category holds no comma (see `parse_trace`).
+            let category = e.category.as_deref().unwrap_or_default().replace(',', ";");
+            let _ = write!(out, ",{repair},{category}");
+        }
+        out.push('\n');
     }
     out
 }
 
-/// Reads a trace CSV: header `time_s,node,kind`, one failure per line,
-/// `#` comments and blank lines ignored. Entries come back sorted by time.
+/// Reads a trace CSV: header `time_s,node,kind` (optionally followed by
+/// `repair_s,category`, each of which may be empty on a line), one failure
+/// per line, `#` comments and blank lines ignored. Entries come back sorted
+/// by time.
 pub fn read_trace(path: &Path) -> Result<Vec<TraceEntry>, TraceError> {
     let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
         path: path.display().to_string(),
@@ -279,7 +315,7 @@ pub fn parse_trace(text: &str, path: &str) -> Result<Vec<TraceEntry>, TraceError
         reason,
     };
     let mut entries = Vec::new();
-    let mut header = false;
+    let mut header = None;
     for (index, raw) in text.lines().enumerate() {
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -287,18 +323,22 @@ pub fn parse_trace(text: &str, path: &str) -> Result<Vec<TraceEntry>, TraceError
         }
         let number = index + 1;
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if !header {
-            if fields != ["time_s", "node", "kind"] {
-                return Err(bad(number, "header", "must be `time_s,node,kind`".into()));
+        let Some(width) = header else {
+            if fields != COLUMNS[..3] && fields != COLUMNS {
+                return Err(bad(
+                    number,
+                    "header",
+                    "must be `time_s,node,kind` or `time_s,node,kind,repair_s,category`".into(),
+                ));
             }
-            header = true;
+            header = Some(fields.len());
             continue;
-        }
-        if fields.len() != 3 {
+        };
+        if fields.len() != width {
             return Err(bad(
                 number,
                 "line",
-                format!("{} fields, want 3", fields.len()),
+                format!("{} fields, want {width}", fields.len()),
             ));
         }
         let at_s: f64 = fields[0]
@@ -322,10 +362,27 @@ pub fn parse_trace(text: &str, path: &str) -> Result<Vec<TraceEntry>, TraceError
                 format!("`{}` is not a taxonomy symbol", fields[2]),
             )
         })?;
+        let repair_s = match fields.get(3) {
+            None | Some(&"") => None,
+            Some(text) => Some(
+                text.parse()
+                    .ok()
+                    .filter(|r: &f64| r.is_finite() && *r >= 0.0)
+                    .ok_or_else(|| {
+                        bad(number, "repair_s", format!("`{text}` is not seconds ≥ 0"))
+                    })?,
+            ),
+        };
+        let category = fields
+            .get(4)
+            .filter(|c| !c.is_empty())
+            .map(|c| c.to_string());
         entries.push(TraceEntry {
             at_s,
             node: fields[1].to_string(),
             kind,
+            repair_s,
+            category,
         });
     }
     entries.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
@@ -414,5 +471,34 @@ mod tests {
         assert!(err.to_string().contains("header"), "{err}");
         let err = parse_trace("time_s,node,kind\n-1,n,ecc_error\n", "t.csv").unwrap_err();
         assert!(err.to_string().contains(":2: time_s:"), "{err}");
+    }
+
+    #[test]
+    fn repairs_and_categories_read_back_and_bad_repairs_are_named() {
+        let text = "time_s,node,kind,repair_s,category\n\
+                    10,node-01,ecc_error,7200,GPU/GPU DBE > Threshold\n\
+                    20,node-02,lost_connection,,\n";
+        let trace = parse_trace(text, "t.csv").unwrap();
+        assert_eq!(trace[0].repair_s, Some(7200.0));
+        assert_eq!(
+            trace[0].category.as_deref(),
+            Some("GPU/GPU DBE > Threshold")
+        );
+        assert_eq!(
+            (trace[1].repair_s, trace[1].category.as_deref()),
+            (None, None)
+        );
+        assert_eq!(parse_trace(&write_trace(&trace), "t").unwrap(), trace);
+        let err = parse_trace(
+            "time_s,node,kind,repair_s,category\n1,n,ecc_error,-5,x\n",
+            "t.csv",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "t.csv:2: repair_s: `-5` is not seconds ≥ 0"
+        );
+        let err = parse_trace("time_s,node,kind\n1,n,ecc_error,5\n", "t.csv").unwrap_err();
+        assert_eq!(err.to_string(), "t.csv:2: line: 4 fields, want 3");
     }
 }

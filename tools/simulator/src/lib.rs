@@ -13,6 +13,7 @@ pub mod faults;
 pub mod model;
 pub mod offline;
 pub mod profiles;
+pub mod real_trace;
 pub mod service;
 pub mod truth;
 

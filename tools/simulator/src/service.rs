@@ -91,13 +91,7 @@ pub async fn start(
     wait_for: Vec<&'static str>,
 ) -> Result<Running, SimError> {
     config.validate().map_err(SimError::Config)?;
-    let trace = match &config.trace {
-        Some(path) => Some(
-            crate::faults::read_trace(path)
-                .map_err(|e| SimError::Config(format!("sim.trace: {e}")))?,
-        ),
-        None => None,
-    };
+    let trace = config.load_trace().map_err(SimError::Config)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| SimError::Listen {

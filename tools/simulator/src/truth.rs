@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use unicron_core::{CommandAction, FailureEvent, FailureKind};
+use unicron_core::{CommandAction, FailureEvent, FailureKind, Severity};
 
 /// One injected failure and what became of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -15,6 +15,13 @@ pub struct Fault {
     pub job: Option<String>,
     pub gpu: u32,
     pub injected_ms: i64,
+    /// What fixes it: the kind's severity, or SEV1 (taking the node out)
+    /// for a real trace's fault, whose node stays broken until repaired.
+    pub needs: Severity,
+    /// A real trace's end of repair: an isolated node is back then.
+    pub repaired_at_ms: Option<i64>,
+    /// The trace's own name for it (a real trace's category).
+    pub category: Option<String>,
     pub detected_ms: Option<i64>,
     /// The kind the detector called it.
     pub detected_as: Option<FailureKind>,
@@ -41,6 +48,9 @@ impl Fault {
             job,
             gpu,
             injected_ms,
+            needs: crate::faults::needs(kind),
+            repaired_at_ms: None,
+            category: None,
             detected_ms: None,
             detected_as: None,
             resolved_ms: None,

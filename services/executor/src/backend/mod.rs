@@ -4,6 +4,7 @@
 
 pub(crate) mod exec;
 mod http;
+mod kubernetes;
 mod slurm;
 
 use std::time::{Duration, Instant};
@@ -47,6 +48,25 @@ pub(crate) enum Attempt {
 }
 
 impl Attempt {
+    /// A scheduler backend's answer: `Ok(Ok(what was done))`, `Ok(Err(why
+    /// not))`, or an error, retried when `passing` says it may pass.
+    fn from_scheduler<E: std::fmt::Display>(
+        done: Result<Result<String, String>, E>,
+        passing: impl Fn(&E) -> bool,
+    ) -> Attempt {
+        match done {
+            Ok(Ok(reason)) => Attempt::Answer {
+                outcome: Outcome::Succeeded,
+                reason: Some(reason),
+                duration_ms: None,
+                completed_ms: None,
+            },
+            Ok(Err(reason)) => Attempt::failed(reason),
+            Err(error) if passing(&error) => Attempt::Transient(error.to_string()),
+            Err(error) => Attempt::failed(error.to_string()),
+        }
+    }
+
     fn failed(reason: String) -> Attempt {
         Attempt::Answer {
             outcome: Outcome::Failed,
@@ -62,6 +82,7 @@ pub enum Backend {
     Http(http::HttpBackend),
     Exec(exec::ExecBackend),
     Slurm(slurm::SlurmBackend),
+    Kubernetes(kubernetes::KubernetesBackend),
 }
 
 impl Backend {
@@ -99,17 +120,32 @@ impl Backend {
                     *release_nodes,
                 ))
             }
+            BackendSettings::Kubernetes {
+                gpu_resource,
+                eviction_attempts,
+                force_delete_unready,
+                ..
+            } => Backend::Kubernetes(kubernetes::KubernetesBackend::new(
+                settings.kubernetes_api().unwrap_or_default(),
+                gpu_resource.clone(),
+                unicron_kubernetes::Evictions {
+                    attempts: *eviction_attempts,
+                    force_on_unready: *force_delete_unready,
+                    ..unicron_kubernetes::Evictions::default()
+                },
+            )),
         })
     }
 
-    /// Whether this backend answers `command`. Under Slurm the workers of
-    /// a job unicron agents run (its start commands carry a rendezvous)
-    /// are the agents' to restart, and they answer for them; so is a
-    /// pause, which names no agent job apart from another: requeue-holding
-    /// a job its agents are stopping would end its allocation.
+    /// Whether this backend answers `command`. Under Slurm and Kubernetes
+    /// the workers of a job unicron agents run (its start commands carry a
+    /// rendezvous) are the agents' to restart, and they answer for them; so
+    /// is a pause, which names no agent job apart from another: holding a
+    /// job its agents are stopping would end its allocation (Slurm) or
+    /// delete the pods the agents run in (Kubernetes).
     pub fn part(&self, command: &Command) -> Part {
         match self {
-            Backend::Slurm(_)
+            Backend::Slurm(_) | Backend::Kubernetes(_)
                 if command.rendezvous.is_some() || command.action == CommandAction::Pause =>
             {
                 Part::Skip
@@ -129,6 +165,7 @@ impl Backend {
                 Backend::Http(backend) => backend.attempt(command, attempt).await,
                 Backend::Exec(backend) => backend.attempt(command, attempt).await,
                 Backend::Slurm(backend) => backend.attempt(command, attempt).await,
+                Backend::Kubernetes(backend) => backend.attempt(command, attempt).await,
             };
             let measured_ms = started.elapsed().as_millis().min(i64::MAX as u128) as i64;
             match answer {

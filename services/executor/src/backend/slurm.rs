@@ -4,7 +4,6 @@
 //! allocation it leaves) is Slurm's business here. Jobs Slurm runs without
 //! agents are requeued, Slurm's own restart.
 
-use unicron_core::executor::Outcome;
 use unicron_core::{Command, CommandAction};
 use unicron_slurm::{REASON_PREFIX, Slurm, SlurmError};
 
@@ -37,17 +36,7 @@ impl SlurmBackend {
             CommandAction::Pause => Ok(Err("pause is the agents' under Slurm".to_string())),
             CommandAction::Unknown => Ok(Err("unknown action".to_string())),
         };
-        match done {
-            Ok(Ok(reason)) => Attempt::Answer {
-                outcome: Outcome::Succeeded,
-                reason: Some(reason),
-                duration_ms: None,
-                completed_ms: None,
-            },
-            Ok(Err(reason)) => Attempt::failed(reason),
-            Err(error) if passing(&error) => Attempt::Transient(error.to_string()),
-            Err(error) => Attempt::failed(error.to_string()),
-        }
+        Attempt::from_scheduler(done, passing)
     }
 
     /// DRAIN with unicron's reason, unless someone else's drain is on the

@@ -33,6 +33,8 @@ const ENV_SECTIONS: &[&str] = &[
     "sim__",
     "status__",
     "slurm__",
+    "kubernetes__",
+    "agent__",
     "remote_write__",
 ];
 
@@ -49,6 +51,9 @@ pub struct Config {
     pub agent: unicron_agent::AgentSettings,
     /// `unicron slurm-watch`: Slurm's node and job state into the cluster topic.
     pub slurm: unicron_slurm::PollerSettings,
+    /// `unicron kube-watch`: Kubernetes' nodes, pods and workloads into the
+    /// cluster and logs topics.
+    pub kubernetes: unicron_kubernetes::WatchSettings,
     /// Only in a binary with the simulator; without it `[sim]` is an unknown section.
     #[cfg(feature = "simulator")]
     pub sim: SimConfig,

@@ -212,6 +212,7 @@ mod fuzz_tests {
         "executor",
         "agent",
         "slurm",
+        "kubernetes",
         #[cfg(feature = "simulator")]
         "sim",
         "archiver",

@@ -23,7 +23,7 @@ pub use policy::{
     state_move_s, unicron_transitions,
 };
 pub use running::{Evaluation, PolicyResult, Run, evaluate, offline_for, run, sim_for};
-pub use scenario::{RATE_SWEEP, Scenario, scenarios};
+pub use scenario::{Failures, RATE_SWEEP, REAL_SWEEP, Scenario, scenarios};
 pub use tables::{downtime_table, ratio_table, table};
 
 #[cfg(test)]

@@ -55,7 +55,11 @@ pub fn svg(e: &Evaluation) -> String {
         &ticks,
         &mut out,
     );
-    let step = if hours > 48.0 { 24.0 } else { 6.0 };
+    // At most about 14 labels: days, weeks or 30-day months.
+    let step = [6.0, 24.0, 168.0, 720.0]
+        .into_iter()
+        .find(|step| hours / step <= 14.0)
+        .unwrap_or(720.0);
     let mut t = 0.0;
     while t <= hours {
         let _ = writeln!(

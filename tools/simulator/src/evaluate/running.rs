@@ -28,8 +28,9 @@ pub struct Run {
     pub commands: u64,
     /// (hours, accumulated WAF fraction so far), once a simulated hour.
     pub timeline: Vec<(f64, f64)>,
-    /// Per failure kind: (failures that hit, total downtime in seconds
-    /// from the injection until the job ran again).
+    /// Per failure kind (a real trace's category): (failures that hit,
+    /// total downtime in seconds from the injection until the job ran
+    /// again).
     pub downtime_by_kind: BTreeMap<String, (u64, f64)>,
     /// The trace entries the run reached, as CSV: the same bytes under
     /// every policy.
@@ -101,9 +102,9 @@ pub fn run(scenario: &Scenario, policy: &PolicyModel, seed: u64, trace: &[TraceE
     let mut downtime_by_kind: BTreeMap<String, (u64, f64)> = BTreeMap::new();
     for fault in &truth.faults {
         let until = fault.running_again_ms.unwrap_or(end);
-        let entry = downtime_by_kind
-            .entry(fault.kind.symbol().to_string())
-            .or_default();
+        // A real trace's faults by its own categories.
+        let name = fault.category.as_deref().unwrap_or(fault.kind.symbol());
+        let entry = downtime_by_kind.entry(name.to_string()).or_default();
         entry.0 += 1;
         entry.1 += (until - fault.injected_ms) as f64 / 1000.0;
     }

@@ -5,6 +5,19 @@ use serde::Serialize;
 
 use crate::config::{NcclTimeoutShows, SimConfig, Workload};
 use crate::faults::{self, TraceEntry};
+use crate::real_trace::{Fit, Reading, RealTrace};
+
+/// Where a scenario's failures come from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failures {
+    /// Poisson arrivals at the scenario's rate, kinds from the taxonomy's
+    /// mix ([`faults::draw_trace`]).
+    Drawn,
+    /// StepFun's InfiniteHBD trace, tiled over the cluster's nodes, read
+    /// so ([`crate::real_trace`]).
+    InfiniteHbd(Reading),
+}
 
 /// A cluster, its jobs, its failure rate, its collective timeout and how
 /// long to run.
@@ -25,6 +38,7 @@ pub struct Scenario {
     pub repair_s: f64,
     /// unicron's measured transition costs times this.
     pub unicron_cost_factor: f64,
+    pub failures: Failures,
 }
 
 fn scenario(name: &str, nodes: u32, jobs: u32, hours: f64, rate: f64) -> Scenario {
@@ -41,8 +55,32 @@ fn scenario(name: &str, nodes: u32, jobs: u32, hours: f64, rate: f64) -> Scenari
         collective_timeout_s: 600.0,
         repair_s: SimConfig::default().repair_s,
         unicron_cost_factor: 1.0,
+        failures: Failures::Drawn,
     }
 }
+
+/// A scenario on StepFun's InfiniteHBD trace: the whole trace (349 days)
+/// on `nodes` nodes, read so. Its rate is the trace's own: 584 node faults
+/// in 349 days on 400 servers, one per 861 min, about 1/180 of the paper
+/// setting's rate (which counts every failure of a job, not only the
+/// faults that took a server out for repair).
+fn real(name: &str, nodes: u32, jobs: u32, workload: Workload, reading: Reading) -> Scenario {
+    let trace = RealTrace::infinitehbd();
+    let hours = trace.span_s / 3_600.0;
+    let paper = scenario(name, nodes, jobs, hours, 1.0);
+    let failures_per_s = trace.faults.len() as f64 / trace.span_s / trace.servers as f64;
+    let mtbf_s = 1.0 / (failures_per_s * f64::from(nodes));
+    Scenario {
+        rate: paper.mtbf_s / mtbf_s,
+        mtbf_s,
+        workload,
+        failures: Failures::InfiniteHbd(reading),
+        ..paper
+    }
+}
+
+const EVERY: Reading = Reading::EveryFaultHitsAJob;
+const CHECKS: Reading = Reading::ChecksFindTheirOwn;
 
 /// Every named scenario: the paper setting, scale, and the sensitivity
 /// sweeps (failure rate, collective timeout, repair time, unicron's costs).
@@ -88,6 +126,31 @@ pub fn scenarios() -> Vec<Scenario> {
             workload: Workload::Heterogeneous,
             ..scenario("heterogeneous", 128, 8, 7.0 * 24.0, 1.0)
         },
+        // Failures that really happened (docs/EVALUATION.md, "A real
+        // fault trace"): the trace's own 400 servers, two job mixes and
+        // two readings of the faults a site's checks find, and tiled.
+        real("real-infinitehbd", 400, 16, Workload::Uniform, EVERY),
+        real(
+            "real-infinitehbd-checks",
+            400,
+            16,
+            Workload::Uniform,
+            CHECKS,
+        ),
+        real(
+            "real-infinitehbd-heterogeneous",
+            400,
+            16,
+            Workload::Heterogeneous,
+            EVERY,
+        ),
+        real(
+            "real-infinitehbd-10240",
+            1_280,
+            64,
+            Workload::Uniform,
+            EVERY,
+        ),
     ]
 }
 
@@ -112,19 +175,30 @@ impl Scenario {
         }
     }
 
-    /// The failure trace of `seed`: drawn once over every node, the same
-    /// for every policy.
+    /// The failure trace of `seed`, the same for every policy: drawn once
+    /// over every node, or the real trace with its servers drawn onto the
+    /// nodes.
     pub fn trace(&self, seed: u64) -> Vec<TraceEntry> {
-        let config = self.sim_config(seed);
-        faults::draw_trace(
-            &config.node_names(),
-            self.mtbf_s,
-            self.hours * 3_600.0,
-            seed,
-        )
+        let nodes = self.sim_config(seed).node_names();
+        match self.failures {
+            Failures::Drawn => faults::draw_trace(&nodes, self.mtbf_s, self.hours * 3_600.0, seed),
+            Failures::InfiniteHbd(reading) => {
+                RealTrace::infinitehbd().entries(&nodes, seed, reading, Fit::Tile)
+            }
+        }
     }
 }
 
 /// The scenarios `unicron evaluate --scenario rates` runs: the paper
 /// setting at every failure rate, lowest first.
 pub const RATE_SWEEP: [&str; 5] = ["rate-0.25x", "rate-0.5x", "paper", "rate-2x", "rate-4x"];
+
+/// The scenarios `unicron evaluate --scenario real` runs: the paper
+/// setting, then the real trace's.
+pub const REAL_SWEEP: [&str; 5] = [
+    "paper",
+    "real-infinitehbd",
+    "real-infinitehbd-checks",
+    "real-infinitehbd-heterogeneous",
+    "real-infinitehbd-10240",
+];

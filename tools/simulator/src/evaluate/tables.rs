@@ -3,7 +3,8 @@
 use std::fmt::Write;
 
 use super::running::mean;
-use super::{Evaluation, policies};
+use super::{Evaluation, Failures, Scenario, policies};
+use crate::real_trace::Reading;
 
 /// The table `unicron evaluate` prints (Markdown, so it goes into the docs
 /// as it is): per policy its WAF, spread and downtime, and unicron's ratio
@@ -13,20 +14,38 @@ pub fn table(e: &Evaluation) -> String {
     let s = &e.scenario;
     let _ = writeln!(
         out,
-        "scenario `{}`: {} GPUs, {} jobs, {} h, a failure every {:.0} min on average ({}x the paper setting's rate; {} in the seeds' traces), collective timeout {:.0} min, repair {:.1} h, unicron's costs x{}, {} seed(s)\n",
+        "scenario `{}`: {} GPUs, {} jobs, {} h, {}a failure every {:.0} min on average ({}x the paper setting's rate; {} in the seeds' traces), collective timeout {:.0} min, repair {}, unicron's costs x{}, {} seed(s)\n",
         s.name,
         s.nodes * 8,
         s.jobs,
         s.hours,
+        match s.failures {
+            Failures::Drawn => String::new(),
+            Failures::InfiniteHbd(reading) => format!(
+                "failures from the InfiniteHBD trace ({}), ",
+                match reading {
+                    Reading::EveryFaultHitsAJob => "every fault hits a job",
+                    Reading::ChecksFindTheirOwn => "faults found by checks hit no job",
+                }
+            ),
+        },
         s.mtbf_s / 60.0,
-        s.rate,
+        // A real trace's node faults come far more rarely.
+        if s.rate < 0.1 {
+            format!("{:.4}", s.rate)
+        } else {
+            crate::truth::rate_multiple(s.rate)
+        },
         e.trace_lengths
             .iter()
             .map(usize::to_string)
             .collect::<Vec<_>>()
             .join(", "),
         s.collective_timeout_s / 60.0,
-        s.repair_s / 3_600.0,
+        match s.failures {
+            Failures::Drawn => format!("{:.1} h", s.repair_s / 3_600.0),
+            Failures::InfiniteHbd(_) => "the trace's".into(),
+        },
         s.unicron_cost_factor,
         e.seeds
     );
@@ -61,8 +80,9 @@ pub fn table(e: &Evaluation) -> String {
     out
 }
 
-/// Mean downtime per failure that hit a job, minutes, by kind (rows) and
-/// policy (columns): from the injection until the job ran again.
+/// Mean downtime per failure that hit a job, minutes, by kind or a real
+/// trace's category (rows) and policy (columns): from the injection until
+/// the job ran again.
 pub fn downtime_table(e: &Evaluation) -> String {
     let names: Vec<&str> = policies(&e.scenario)
         .iter()
@@ -75,7 +95,10 @@ pub fn downtime_table(e: &Evaluation) -> String {
             kinds.extend(run.downtime_by_kind.keys().cloned());
         }
     }
-    let mut out = String::from("| failure kind |");
+    let mut out = String::from(match e.scenario.failures {
+        Failures::Drawn => "| failure kind |",
+        Failures::InfiniteHbd(_) => "| trace category |",
+    });
     for n in &names {
         let _ = write!(out, " {n} |");
     }
@@ -108,20 +131,25 @@ pub(super) fn baselines(e: &Evaluation) -> Vec<&'static str> {
         .collect()
 }
 
-/// unicron's WAF over each baseline's at every rate of a sweep, with the
-/// range over seeds (Markdown).
-pub fn ratio_table(evaluations: &[Evaluation]) -> String {
+/// unicron's WAF over each baseline's in every scenario of a sweep, with
+/// the range over seeds (Markdown): a row per scenario, headed `header`
+/// and labelled by `label`.
+pub fn ratio_table(
+    evaluations: &[Evaluation],
+    header: &str,
+    label: impl Fn(&Scenario) -> String,
+) -> String {
     let Some(first) = evaluations.first() else {
         return String::new();
     };
     let names = baselines(first);
-    let mut out = String::from("| failure rate |");
+    let mut out = format!("| {header} |");
     for b in &names {
         let _ = write!(out, " vs {b} |");
     }
     let _ = writeln!(out, "\n|---:|{}", "---:|".repeat(names.len()));
     for e in evaluations {
-        let _ = write!(out, "| {}x |", e.scenario.rate);
+        let _ = write!(out, "| {} |", label(&e.scenario));
         let u = e.policies.get("unicron");
         for b in &names {
             match u.and_then(|u| Some((u.ratio.get(*b)?, u.ratio_range.get(*b)?))) {

@@ -68,7 +68,9 @@ fn late_detection_and_slow_restarts_cost_the_baseline() {
     assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() == e.policies.len());
     let ratios = ratio_svg(std::slice::from_ref(&e));
     assert!(ratios.contains("vs checkpoint-restart"), "{ratios}");
-    let sweep = ratio_table(std::slice::from_ref(&e));
+    let sweep = ratio_table(std::slice::from_ref(&e), "failure rate", |s| {
+        format!("{}x", s.rate)
+    });
     assert!(sweep.contains("| 2x | "), "{sweep}");
     assert!(!sweep.contains("vs bamboo"), "not run: {sweep}");
 }
@@ -94,4 +96,55 @@ fn evaluation_is_deterministic() {
     let s = smoke();
     let p = &policies(&s)[0];
     assert_eq!(run(&s, p, 9, &s.trace(9)), run(&s, p, 9, &s.trace(9)));
+}
+
+#[test]
+fn the_real_trace_feeds_every_policy_its_faults_by_category() {
+    // The first 40 days of the trace's own 400 servers.
+    let whole = scenarios()
+        .into_iter()
+        .find(|s| s.name == "real-infinitehbd")
+        .unwrap();
+    let s = Scenario {
+        hours: 40.0 * 24.0,
+        ..whole
+    };
+    let trace = s.trace(1);
+    assert_eq!(
+        trace.len(),
+        584,
+        "the whole trace, of which 40 days are run"
+    );
+    let e = evaluate(&s, 1, |_, _| {});
+    let offered: Vec<&str> = e
+        .policies
+        .values()
+        .map(|p| p.runs[0].offered_csv.as_str())
+        .collect();
+    assert!(
+        offered.windows(2).all(|w| w[0] == w[1]),
+        "one trace for all"
+    );
+    assert!(offered[0].starts_with("time_s,node,kind,repair_s,category\n"));
+    let reached = e.policies["unicron"].runs[0].offered;
+    assert!((10..100).contains(&reached), "{reached}");
+    let unicron = &e.policies["unicron"].runs[0];
+    assert!(unicron.downtime_by_kind.contains_key("GPU"), "{unicron:?}");
+    assert!(
+        unicron.downtime_by_kind.keys().all(|k| !k.contains('_')),
+        "categories, not kinds"
+    );
+    // A fixed-size restart waits for a repair (days) where unicron shrinks.
+    let per_failure = |name: &str| {
+        let r = &e.policies[name];
+        r.downtime_h / r.runs[0].failures.max(1) as f64
+    };
+    assert!(per_failure("checkpoint-restart") > 5.0 * per_failure("unicron"));
+    let by_category = downtime_table(&e);
+    assert!(
+        by_category.starts_with("| trace category |"),
+        "{by_category}"
+    );
+    assert!(by_category.contains("\n| GPU | "), "{by_category}");
+    assert!(table(&e).contains("failures from the InfiniteHBD trace"));
 }

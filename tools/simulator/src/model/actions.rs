@@ -10,7 +10,6 @@ use unicron_core::{ClusterEventKind, CommandAction, Severity};
 
 use super::{Emission, Job, NodeState, Phase, Sim, TICK_MS};
 use crate::config::Transitions;
-use crate::faults;
 
 const SIGTERM: i32 = 15;
 
@@ -139,13 +138,11 @@ impl Sim {
             CommandAction::Reattempt => {
                 let job = job()?;
                 if let Some(f) = fault_of(&self.jobs[job])
-                    && faults::needs(f.kind) != Severity::Sev3
+                    && f.needs != Severity::Sev3
                 {
                     return Err(format!(
                         "fault persists: {} on {} needs {}",
-                        f.kind,
-                        f.node,
-                        faults::needs(f.kind)
+                        f.kind, f.node, f.needs
                     ));
                 }
                 (Effect::Reattempt { job }, t.reattempt_s)
@@ -153,7 +150,7 @@ impl Sim {
             CommandAction::Restart => {
                 let job = job()?;
                 if let Some(f) = fault_of(&self.jobs[job])
-                    && faults::needs(f.kind) == Severity::Sev1
+                    && f.needs == Severity::Sev1
                     && self.jobs[job].nodes.contains(&f.node)
                 {
                     return Err(format!(
@@ -310,7 +307,14 @@ impl Sim {
     /// Takes node `node` out until its repair: its fault is resolved, and
     /// its job loses it (and stalls, if it was running).
     fn isolate(&mut self, node: usize, action: CommandAction) {
-        let repair_at = self.now + ms(self.config.repair_s);
+        // A real trace's fault keeps the node out until the trace repaired it.
+        let repaired_at = self.nodes[node]
+            .fault
+            .and_then(|index| self.truth.faults[index].repaired_at_ms);
+        let repair_at = match repaired_at {
+            Some(at) => at.max(self.now),
+            None => self.now + ms(self.config.repair_s),
+        };
         let isolated = &mut self.nodes[node];
         if !matches!(isolated.state, NodeState::Isolated { .. }) {
             isolated.state = NodeState::Isolated {

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use unicron_core::{FailureKind, LogRecord};
+use unicron_core::{FailureKind, LogRecord, Severity};
 
 use super::{Emission, Job, NodeState, Phase, Sim, TICK_MS};
 use crate::config::{Arrivals, NcclTimeoutShows};
-use crate::faults;
+use crate::faults::{self, TraceEntry};
 use crate::truth::Fault;
 
 const SIGABRT: i32 = 6;
@@ -33,7 +33,7 @@ impl Sim {
             .is_some_and(|entry| entry.at_ms(start) <= self.now)
             && let Some(entry) = self.trace.pop_front()
         {
-            self.inject(Some(&entry.node), entry.kind, out);
+            self.inject(Some(&entry), entry.kind, out);
             self.truth.offered.push(entry);
         }
         let (arrivals, mean_ms) = (self.config.arrivals, self.config.mean_interval_s() * 1000.0);
@@ -143,19 +143,20 @@ impl Sim {
             .collect()
     }
 
-    /// Injects `kind` on `node`, or on a random node of a running job.
-    fn inject(&mut self, node: Option<&str>, kind: FailureKind, out: &mut Vec<Emission>) {
+    /// Injects `kind` on the node of `entry`, or on a random node of a
+    /// running job.
+    fn inject(&mut self, entry: Option<&TraceEntry>, kind: FailureKind, out: &mut Vec<Emission>) {
         // Drawn whether or not they are used: one fault, two draws.
         let (target, gpu): (f64, u32) = (
             self.fault_rng.random(),
             self.fault_rng.random_range(0..self.config.gpus_per_node),
         );
         let eligible = self.eligible_nodes();
-        let chosen = match node {
-            Some(name) => eligible
+        let chosen = match entry {
+            Some(entry) => eligible
                 .iter()
                 .copied()
-                .find(|(n, _)| self.nodes.name(*n) == name),
+                .find(|(n, _)| self.nodes.name(*n) == entry.node),
             None if eligible.is_empty() => None,
             None => {
                 Some(eligible[((target * eligible.len() as f64) as usize).min(eligible.len() - 1)])
@@ -176,14 +177,15 @@ impl Sim {
             self.sparse_history(node, job, kind, out);
         }
         let index = self.truth.faults.len();
-        self.truth.faults.push(Fault::new(
-            index,
-            kind,
-            &name,
-            Some(job_id.clone()),
-            gpu,
-            self.now,
-        ));
+        let mut fault = Fault::new(index, kind, &name, Some(job_id.clone()), gpu, self.now);
+        if let Some(entry) = entry {
+            if let Some(repair_s) = entry.repair_s {
+                fault.needs = Severity::Sev1;
+                fault.repaired_at_ms = Some(self.now + (repair_s * 1000.0).round() as i64);
+            }
+            fault.category = entry.category.clone();
+        }
+        self.truth.faults.push(fault);
         let mut shown = faults::manifest(kind, &name, gpu, rank);
         if self.stalls(kind) {
             // Its line, if any, is the watchdog's at the collective timeout.

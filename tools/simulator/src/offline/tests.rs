@@ -184,3 +184,40 @@ fn the_same_seed_gives_the_same_run_and_another_seed_another() {
     let c = offline(config(6), None).run_for(7_200.0);
     assert_ne!(a.faults, c.faults);
 }
+
+#[test]
+fn a_real_traces_fault_needs_the_node_out_and_stays_out_for_its_repair() {
+    // A node that a real trace shows broken for 50 min: its job sees an
+    // exit no rule names (SEV2), so the planner restarts first, which
+    // fails on the broken node, then takes the node out; the cluster's own
+    // repair (10 min) does not apply, the trace's does.
+    let config = SimConfig {
+        mtbf_s: Some(0.0),
+        repair_s: 600.0,
+        ..SimConfig::default()
+    };
+    let trace =
+        "time_s,node,kind,repair_s,category\n300,node-005,exited_abnormally,3000,Unknown Error\n";
+    let mut run = offline(config, Some(trace));
+    let summary = run.run_for(2_400.0);
+    let fault = &summary.faults[0];
+    assert_eq!(fault.needs, unicron_core::Severity::Sev1);
+    assert_eq!(fault.category.as_deref(), Some("Unknown Error"));
+    assert_eq!(
+        fault.resolved_by,
+        Some(CommandAction::IsolateNode),
+        "{fault:?}"
+    );
+    assert!(summary.failed_actions >= 1, "{}", summary.table());
+    let ideal = run.sim.truth().ideal_rate();
+    assert!(
+        run.sim.current_rate() < ideal * 0.999,
+        "back before its repair"
+    );
+    run.run_for(4_200.0);
+    assert!(
+        (run.sim.current_rate() - ideal).abs() < ideal * 1e-9,
+        "{} of {ideal}",
+        run.sim.current_rate()
+    );
+}
