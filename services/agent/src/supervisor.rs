@@ -232,6 +232,9 @@ impl Supervisor {
                 });
             }
             tracing::info!(job = %job_id, rank, pid, ?code, ?signal, stopped_by = ?stopper, "worker exited");
+            if let Some(snapshots) = &snapshots {
+                snapshots.flush_reports();
+            }
             reporter.send(Reported::Agent(event));
             let _ = exited_tx.send(true);
             // Every local worker finished cleanly: the job is done here;

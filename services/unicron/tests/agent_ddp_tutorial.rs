@@ -139,6 +139,17 @@ fn a_public_ddp_script_resumes_from_memory_after_a_kill() {
     let before = newest_epoch(&lines(dir, "d1")).unwrap();
 
     let resumed = wait_showing(dir, "both ranks resumed", Duration::from_secs(120), || {
+        // A rank the agent sent to the disk checkpoint never resumes here
+        // (the tutorial's snapshot.pt is gone): say why at once.
+        for node in ["d1", "d2"] {
+            let err = std::fs::read_to_string(dir.join(format!("{node}.err"))).unwrap_or_default();
+            if let Some(line) = err
+                .lines()
+                .find(|l| l.contains("resumes from the disk checkpoint"))
+            {
+                panic!("{node}: {line}");
+            }
+        }
         let found: Vec<String> = ["d1", "d2"]
             .iter()
             .filter_map(|n| {

@@ -30,8 +30,11 @@ use store::{Origin, Snapshot, Store};
 
 /// Shortest cluster secret accepted.
 const MIN_SECRET: usize = 32;
-/// Reports are gathered this long before one `snapshots_stored` goes out.
-const REPORT_EVERY: Duration = Duration::from_millis(100);
+/// Reports are gathered this long before one `snapshots_stored` goes out:
+/// a node's ranks leave the same allreduce and save within a few ms of each
+/// other, so one report carries them all, and the planner's view stays
+/// within a fast step of what is held.
+const REPORT_EVERY: Duration = Duration::from_millis(20);
 
 /// A fetch of a peer's replica started when the start command arrived.
 type Fetch = watch::Receiver<Option<Result<Arc<Snapshot>, String>>>;
@@ -310,17 +313,36 @@ impl Snapshots {
         loop {
             self.report_ready.notified().await;
             tokio::time::sleep(REPORT_EVERY).await;
-            let held = std::mem::take(&mut *self.reports.lock().expect("not poisoned"));
-            if held.is_empty() {
-                continue;
-            }
-            let mut event = self
-                .reporter
-                .cluster_event(ClusterEventKind::SnapshotsStored);
-            event.node = Some(self.node.clone());
-            event.snapshots = held;
-            self.reporter.send(Reported::Cluster(event));
+            self.flush_reports();
         }
+    }
+
+    /// Sends every snapshot stored and not yet reported, now; the store
+    /// may then let older ones go. Called before a worker's exit is
+    /// reported, so the planner hears of the dead rank's last snapshot
+    /// before it hears of the death and picks a restore step.
+    pub fn flush_reports(&self) {
+        let held = std::mem::take(&mut *self.reports.lock().expect("not poisoned"));
+        if held.is_empty() {
+            return;
+        }
+        let mut event = self
+            .reporter
+            .cluster_event(ClusterEventKind::SnapshotsStored);
+        event.node = Some(self.node.clone());
+        event.snapshots = held.clone();
+        self.reporter.send(Reported::Cluster(event));
+        let mut store = self.store();
+        for s in &held {
+            let origin = if s.replica {
+                Origin::Replica
+            } else {
+                Origin::Own
+            };
+            store.reported(&s.job, s.rank, origin, s.step);
+        }
+        drop(store);
+        self.held_changed();
     }
 
     /// A local rank's first training step after a start: what its restore

@@ -1,6 +1,12 @@
 //! The snapshots this agent holds, in its own memory, within a byte limit:
-//! per job and rank, the newest [`KEPT`] complete snapshots of each origin.
-//! Only whole snapshots whose checksum matched are ever inserted.
+//! per job, rank and origin, the newest [`KEPT`] complete snapshots the
+//! planner has been told of, and any newer ones not yet reported. Only
+//! whole snapshots whose checksum matched are ever inserted.
+//!
+//! Why "reported": the planner mirrors this store from the agent's reports
+//! and picks a restore step from that mirror. Reports go out in batches
+//! (and a failure can overtake them), so a step newer than the planner
+//! knows must not push out a step it may still choose.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,12 +60,19 @@ pub enum StoreError {
 
 type Key = (String, i32, Origin);
 
+/// A held snapshot and whether the planner has been told of it.
+#[derive(Debug)]
+struct Held {
+    snapshot: Arc<Snapshot>,
+    reported: bool,
+}
+
 /// Snapshots by job, rank and origin, oldest first.
 #[derive(Debug)]
 pub struct Store {
     limit: u64,
     held: u64,
-    entries: BTreeMap<Key, Vec<Arc<Snapshot>>>,
+    entries: BTreeMap<Key, Vec<Held>>,
 }
 
 impl Store {
@@ -79,18 +92,29 @@ impl Store {
         self.limit
     }
 
-    /// Holds `snapshot`; the oldest of its key beyond [`KEPT`] goes. A
-    /// snapshot of a step already held replaces that one.
+    /// Holds `snapshot`, not yet reported (a fetched one never is: the
+    /// planner does not mirror fetches). A snapshot of a step already held
+    /// replaces that one. When the limit would be passed, the oldest of its
+    /// key go first while [`KEPT`] or more are held, as they would once
+    /// this one is reported; if it still does not fit, it is refused.
     pub fn insert(&mut self, snapshot: Arc<Snapshot>, origin: Origin) -> Result<(), StoreError> {
         let key = (snapshot.job.clone(), snapshot.rank, origin);
-        let list = self.entries.get(&key);
-        let same = list.and_then(|l| l.iter().find(|s| s.step == snapshot.step));
-        let freed = match (same, list) {
-            (Some(s), _) => s.bytes(),
-            (None, Some(l)) if l.len() >= KEPT => l[0].bytes(),
-            _ => 0,
-        };
-        let after = self.held - freed + snapshot.bytes();
+        let list = self.entries.get(&key).map_or(&[][..], Vec::as_slice);
+        let replaced = list
+            .iter()
+            .find(|h| h.snapshot.step == snapshot.step)
+            .map_or(0, |h| h.snapshot.bytes());
+        let others: Vec<u64> = list
+            .iter()
+            .filter(|h| h.snapshot.step != snapshot.step)
+            .map(|h| h.snapshot.bytes())
+            .collect();
+        let mut after = self.held - replaced + snapshot.bytes();
+        let mut evict = 0;
+        while after > self.limit && others.len() - evict >= KEPT {
+            after -= others[evict];
+            evict += 1;
+        }
         if after > self.limit {
             return Err(StoreError::DoesNotFit {
                 job: snapshot.job.clone(),
@@ -100,15 +124,50 @@ impl Store {
                 limit: self.limit,
             });
         }
-        let list = self.entries.entry(key).or_default();
-        list.retain(|s| s.step != snapshot.step);
-        list.push(snapshot);
-        list.sort_by_key(|s| s.step);
-        while list.len() > KEPT {
-            list.remove(0);
-        }
+        let list = self.entries.entry(key.clone()).or_default();
+        list.retain(|h| h.snapshot.step != snapshot.step);
+        list.drain(..evict);
+        list.push(Held {
+            snapshot,
+            reported: origin == Origin::Fetched,
+        });
+        list.sort_by_key(|h| h.snapshot.step);
         self.held = after;
+        self.trim(&key);
         Ok(())
+    }
+
+    /// The planner has been told of `job` rank `rank` at `step` (of this
+    /// origin): reported snapshots beyond the newest [`KEPT`] go.
+    pub fn reported(&mut self, job: &str, rank: i32, origin: Origin, step: i64) {
+        let key = (job.to_string(), rank, origin);
+        let Some(list) = self.entries.get_mut(&key) else {
+            return;
+        };
+        for h in list.iter_mut().filter(|h| h.snapshot.step == step) {
+            h.reported = true;
+        }
+        self.trim(&key);
+    }
+
+    /// Drops the reported snapshots of `key` older than its newest [`KEPT`]
+    /// reported ones; unreported ones stay.
+    fn trim(&mut self, key: &Key) {
+        let Some(list) = self.entries.get_mut(key) else {
+            return;
+        };
+        let reported = list.iter().filter(|h| h.reported).count();
+        let mut extra = reported.saturating_sub(KEPT);
+        let mut freed = 0;
+        list.retain(|h| {
+            if extra > 0 && h.reported {
+                extra -= 1;
+                freed += h.snapshot.bytes();
+                return false;
+            }
+            true
+        });
+        self.held -= freed;
     }
 
     /// The snapshot of `job` rank `rank` at `step`, of any origin.
@@ -117,8 +176,8 @@ impl Store {
             .into_iter()
             .filter_map(|o| self.entries.get(&(job.to_string(), rank, o)))
             .flatten()
-            .find(|s| s.step == step)
-            .cloned()
+            .find(|h| h.snapshot.step == step)
+            .map(|h| h.snapshot.clone())
     }
 
     /// Drops `job`'s snapshots after `step` (a start resumes there and
@@ -129,10 +188,10 @@ impl Store {
             if j != job {
                 continue;
             }
-            list.retain(|s| {
-                let keep = step.is_some_and(|step| s.step <= step);
+            list.retain(|h| {
+                let keep = step.is_some_and(|step| h.snapshot.step <= step);
                 if !keep {
-                    freed += s.bytes();
+                    freed += h.snapshot.bytes();
                 }
                 keep
             });
@@ -158,16 +217,22 @@ mod tests {
         })
     }
 
+    /// Inserts and reports, as the agent does once a report went out.
+    fn held(store: &mut Store, rank: i32, step: i64, origin: Origin) {
+        store.insert(snap(rank, step, 100), origin).unwrap();
+        store.reported("j", rank, origin, step);
+    }
+
     #[test]
-    fn keeps_the_newest_two_per_rank_and_counts_bytes() {
+    fn keeps_the_newest_two_reported_per_rank_and_counts_bytes() {
         let mut store = Store::new(1000);
         for step in 1..=4 {
-            store.insert(snap(0, step, 100), Origin::Own).unwrap();
+            held(&mut store, 0, step, Origin::Own);
         }
         assert_eq!(store.held_bytes(), 200);
         assert!(store.get("j", 0, 2).is_none());
         assert!(store.get("j", 0, 3).is_some() && store.get("j", 0, 4).is_some());
-        store.insert(snap(1, 4, 100), Origin::Replica).unwrap();
+        held(&mut store, 1, 4, Origin::Replica);
         assert_eq!(store.held_bytes(), 300);
         store.drop_after("j", Some(3));
         assert_eq!(store.held_bytes(), 100);
@@ -177,12 +242,32 @@ mod tests {
     }
 
     #[test]
+    fn steps_not_yet_reported_do_not_push_out_the_ones_the_planner_knows() {
+        let mut store = Store::new(1000);
+        held(&mut store, 0, 1, Origin::Own);
+        held(&mut store, 0, 2, Origin::Own);
+        // Two newer steps saved before their report went out: the planner
+        // still knows only 1 and 2, and may pick either.
+        store.insert(snap(0, 3, 100), Origin::Own).unwrap();
+        store.insert(snap(0, 4, 100), Origin::Own).unwrap();
+        assert!((1..=4).all(|step| store.get("j", 0, step).is_some()));
+        assert_eq!(store.held_bytes(), 400);
+        store.reported("j", 0, Origin::Own, 3);
+        assert!(store.get("j", 0, 1).is_none() && store.get("j", 0, 2).is_some());
+        store.reported("j", 0, Origin::Own, 4);
+        assert!(store.get("j", 0, 2).is_none());
+        assert_eq!(store.held_bytes(), 200);
+    }
+
+    #[test]
     fn a_snapshot_over_the_limit_is_refused_with_the_field() {
         let mut store = Store::new(250);
-        store.insert(snap(0, 1, 100), Origin::Own).unwrap();
-        store.insert(snap(0, 2, 100), Origin::Own).unwrap();
-        // Replacing the oldest keeps it at 200.
+        held(&mut store, 0, 1, Origin::Own);
+        held(&mut store, 0, 2, Origin::Own);
+        // At the limit, the oldest goes first: it stays at 200.
         store.insert(snap(0, 3, 100), Origin::Own).unwrap();
+        assert_eq!(store.held_bytes(), 200);
+        assert!(store.get("j", 0, 1).is_none());
         let err = store.insert(snap(1, 3, 100), Origin::Replica).unwrap_err();
         assert!(
             err.to_string().contains("agent.snapshot_memory_limit"),

@@ -2,7 +2,8 @@
 //! resumes from. Agents report every complete snapshot they store (their
 //! own ranks' and the replicas they keep for a peer); the planner mirrors
 //! what each agent holds with the agent's own eviction rule (the newest
-//! [`KEPT`] steps per rank), so the step it picks is one the holders still
+//! [`KEPT`] reported steps per rank; an agent keeps steps it has not yet
+//! reported beside them), so the step it picks is one the holders still
 //! have. Every rank of the new layout must be able to restore the same
 //! step; otherwise the job falls back to its disk checkpoint, and the
 //! command says why.
