@@ -122,3 +122,63 @@ fn one_node(command: &Command) -> Result<&str, String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use unicron_core::CommandAction;
+
+    use super::*;
+    use crate::backend::Outcome;
+
+    fn command(action: CommandAction, nodes: &[&str]) -> Command {
+        Command {
+            id: "cmd-1".into(),
+            cluster: "k".into(),
+            decision_id: "d-1".into(),
+            time_ms: 42,
+            action,
+            job: None,
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            restore_from: None,
+            causation: vec!["f-1".into()],
+            key_id: "k".into(),
+            signature: vec![],
+            rendezvous: None,
+            snapshots: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_api_server_is_retried_and_never_taken_for_success() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = KubernetesBackend::new(
+            unicron_kubernetes::testing::unreachable_api(dir.path()),
+            "nvidia.com/gpu".into(),
+            Evictions::default(),
+        );
+        // Passing trouble: the executor's backoff tries again, then fails
+        // the command with this reason.
+        match backend
+            .attempt(&command(CommandAction::IsolateNode, &["n1"]), 1)
+            .await
+        {
+            Attempt::Transient(why) => {
+                assert!(why.contains("get node n1"), "{why}");
+                assert!(why.contains("unreachable"), "{why}");
+            }
+            other => panic!("expected a retry, got {other:?}"),
+        }
+        // A command it cannot carry out is final without a call.
+        match backend
+            .attempt(&command(CommandAction::IsolateNode, &["n1", "n2"]), 1)
+            .await
+        {
+            Attempt::Answer {
+                outcome: Outcome::Failed,
+                reason: Some(why),
+                ..
+            } => assert!(why.contains("not one"), "{why}"),
+            other => panic!("expected a failed answer, got {other:?}"),
+        }
+    }
+}

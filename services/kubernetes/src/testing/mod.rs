@@ -18,6 +18,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use crate::client::{ApiSettings, Kube};
 
 mod pki;
+pub use pki::unreachable_api;
 use pki::{free_port, kubeconfig, openssl, signed};
 
 /// The Kubernetes release tools/kubernetes/go.mod pins.

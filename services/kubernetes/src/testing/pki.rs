@@ -81,3 +81,26 @@ pub(super) fn kubeconfig(server: &str, ca: &str, user: &str) -> String {
          current-context: test\n"
     )
 }
+
+/// API settings whose kubeconfig names an API server on a loopback port
+/// nothing listens on (connections are refused), for tests of what
+/// happens while the API server is away.
+pub fn unreachable_api(dir: &Path) -> crate::client::ApiSettings {
+    let port = free_port().expect("a free port");
+    let path = dir.join("kubeconfig-unreachable");
+    let config = kubeconfig(
+        &format!("https://127.0.0.1:{port}"),
+        "/dev/null",
+        "token: unreachable",
+    )
+    .replace(
+        "certificate-authority: /dev/null",
+        "insecure-skip-tls-verify: true",
+    );
+    std::fs::write(&path, config).expect("write the kubeconfig");
+    crate::client::ApiSettings {
+        kubeconfig: Some(path),
+        timeout_s: 2.0,
+        ..Default::default()
+    }
+}
