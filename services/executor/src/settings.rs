@@ -5,6 +5,8 @@ use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 use unicron_core::executor::{Backoff, Gate};
 
+use crate::backend::BackendSettings;
+use crate::check::{config, seconds};
 use crate::error::ExecutorError;
 
 /// The `[executor]` section of the configuration.
@@ -36,123 +38,6 @@ pub struct ExecutorSettings {
     /// an executor never sends real actions to an address it was not given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendSettings>,
-}
-
-/// The names an exec backend's arguments may hold as `{name}`, each also
-/// passed as `UNICRON_<NAME>`.
-pub const PLACEHOLDERS: [&str; 8] = [
-    "command_id",
-    "cluster",
-    "action",
-    "job",
-    "nodes",
-    "restore_from",
-    "decision_id",
-    "time_ms",
-];
-
-/// How the executor carries out an action.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum BackendSettings {
-    /// `POST url` with the JSON contract of `docs/executor.md`.
-    Http {
-        url: String,
-        #[serde(default = "default_http_timeout_s")]
-        timeout_s: f64,
-    },
-    /// Runs `program` with templated `args` (no shell), once per attempt.
-    Exec {
-        program: String,
-        #[serde(default)]
-        args: Vec<String>,
-        #[serde(default = "default_exec_timeout_s")]
-        timeout_s: f64,
-    },
-    /// The HTTP backend pointed at `unicron-simulator` (`unicron sim`);
-    /// `unicron up` sets it for its own simulator.
-    Simulator { url: String },
-    /// Slurm through `scontrol`: isolate_node drains, return_node resumes
-    /// (only unicron's own drains); see docs/slurm.md.
-    Slurm {
-        /// Seconds each Slurm command may take.
-        #[serde(default = "default_slurm_timeout_s")]
-        timeout_s: f64,
-        /// Directory of Slurm's commands; unset: `PATH`.
-        #[serde(default)]
-        bin_dir: Option<PathBuf>,
-        /// slurm.conf for Slurm's commands (`SLURM_CONF`); unset: theirs.
-        #[serde(default)]
-        conf: Option<PathBuf>,
-        /// Release an isolated node from the allocation of the agent job
-        /// it leaves, so it goes from draining to drained.
-        #[serde(default = "default_true")]
-        release_nodes: bool,
-    },
-    /// Kubernetes through its API server: isolate_node cordons, taints
-    /// `unicron.io/isolated` and evicts the job's pods; return_node undoes
-    /// only unicron's own; workloads without agents restart through their
-    /// controller; see docs/kubernetes.md.
-    Kubernetes {
-        /// A kubeconfig file; unset: `KUBECONFIG`, `~/.kube/config`, or
-        /// the pod's service account.
-        #[serde(default)]
-        kubeconfig: Option<PathBuf>,
-        #[serde(default)]
-        context: Option<String>,
-        /// Namespaces whose workloads the executor may touch.
-        #[serde(default = "default_namespaces")]
-        namespaces: Vec<String>,
-        /// Seconds each API call may take.
-        #[serde(default = "default_kubernetes_timeout_s")]
-        timeout_s: f64,
-        /// The resource pods ask GPUs with.
-        #[serde(default = "default_gpu_resource")]
-        gpu_resource: String,
-        /// Attempts of an eviction a PodDisruptionBudget refuses.
-        #[serde(default = "default_eviction_attempts")]
-        eviction_attempts: u32,
-        /// Delete an isolated node's pods at once when the node is not
-        /// Ready (its kubelet cannot confirm an eviction).
-        #[serde(default = "default_true")]
-        force_delete_unready: bool,
-    },
-}
-
-fn default_namespaces() -> Vec<String> {
-    unicron_kubernetes::ApiSettings::default().namespaces
-}
-
-fn default_kubernetes_timeout_s() -> f64 {
-    unicron_kubernetes::ApiSettings::default().timeout_s
-}
-
-fn default_gpu_resource() -> String {
-    "nvidia.com/gpu".to_string()
-}
-
-fn default_eviction_attempts() -> u32 {
-    unicron_kubernetes::Evictions::default().attempts
-}
-
-fn default_slurm_timeout_s() -> f64 {
-    10.0
-}
-
-fn default_true() -> bool {
-    true
-}
-
-/// Request timeout of the HTTP and simulator backends, seconds.
-pub const DEFAULT_HTTP_TIMEOUT_S: f64 = 30.0;
-const DEFAULT_EXEC_TIMEOUT_S: f64 = 300.0;
-
-fn default_http_timeout_s() -> f64 {
-    DEFAULT_HTTP_TIMEOUT_S
-}
-
-fn default_exec_timeout_s() -> f64 {
-    DEFAULT_EXEC_TIMEOUT_S
 }
 
 impl Default for ExecutorSettings {
@@ -205,9 +90,10 @@ impl ExecutorSettings {
             ));
         }
         if self.backend.is_none() {
-            return Err(config(
-                "executor.backend: required (kind = \"http\", \"exec\", \"slurm\", \"kubernetes\" or \"simulator\"; docs/executor.md)",
-            ));
+            return Err(config(format!(
+                "executor.backend: required (kind = one of {}; docs/executor.md)",
+                BackendSettings::KINDS.join(", ")
+            )));
         }
         if self.public_keys.is_empty() {
             return Err(config(
@@ -266,105 +152,6 @@ pub fn gate(
     Ok(Gate::new(cluster.to_string(), keys, ttl_ms))
 }
 
-impl BackendSettings {
-    fn validate(&self) -> Result<(), ExecutorError> {
-        match self {
-            BackendSettings::Http { url, timeout_s } => {
-                http_url(url)?;
-                seconds("executor.backend.timeout_s", *timeout_s)
-            }
-            BackendSettings::Simulator { url } => http_url(url),
-            BackendSettings::Slurm { timeout_s, .. } => {
-                seconds("executor.backend.timeout_s", *timeout_s)
-            }
-            BackendSettings::Kubernetes {
-                kubeconfig,
-                eviction_attempts,
-                gpu_resource,
-                ..
-            } => {
-                self.kubernetes_api()
-                    .map(|api| api.validate("executor.backend"))
-                    .unwrap_or(Ok(()))
-                    .map_err(config)?;
-                if let Some(path) = kubeconfig
-                    && !path.is_file()
-                {
-                    return Err(config(format!(
-                        "executor.backend.kubeconfig: {} is not a file",
-                        path.display()
-                    )));
-                }
-                if *eviction_attempts == 0 {
-                    return Err(config(
-                        "executor.backend.eviction_attempts: must be at least 1",
-                    ));
-                }
-                if gpu_resource.is_empty() {
-                    return Err(config("executor.backend.gpu_resource: must not be empty"));
-                }
-                Ok(())
-            }
-            BackendSettings::Exec {
-                program,
-                args,
-                timeout_s,
-            } => {
-                if program.is_empty() {
-                    return Err(config("executor.backend.program: must not be empty"));
-                }
-                for (i, arg) in args.iter().enumerate() {
-                    if let Some(name) = unknown_placeholder(arg) {
-                        return Err(config(format!(
-                            "executor.backend.args[{i}]: unknown placeholder {{{name}}} (known: {})",
-                            PLACEHOLDERS.join(" ")
-                        )));
-                    }
-                }
-                seconds("executor.backend.timeout_s", *timeout_s)
-            }
-        }
-    }
-}
-
-impl BackendSettings {
-    /// The backend in a few words, for a startup line.
-    pub fn describe(&self) -> String {
-        match self {
-            BackendSettings::Http { url, .. } => format!("http {url}"),
-            BackendSettings::Exec { program, .. } => format!("exec {program}"),
-            BackendSettings::Simulator { url } => format!("simulator {url}"),
-            BackendSettings::Slurm { .. } => "slurm (scontrol)".to_string(),
-            BackendSettings::Kubernetes { namespaces, .. } => {
-                format!("kubernetes (namespaces {})", namespaces.join(","))
-            }
-        }
-    }
-
-    /// The API server settings of a Kubernetes backend.
-    pub fn kubernetes_api(&self) -> Option<unicron_kubernetes::ApiSettings> {
-        match self {
-            BackendSettings::Kubernetes {
-                kubeconfig,
-                context,
-                namespaces,
-                timeout_s,
-                ..
-            } => Some(unicron_kubernetes::ApiSettings {
-                kubeconfig: kubeconfig.clone(),
-                context: context.clone(),
-                namespaces: namespaces.clone(),
-                timeout_s: *timeout_s,
-            }),
-            _ => None,
-        }
-    }
-}
-
-fn config(message: impl Into<String>) -> ExecutorError {
-    ExecutorError::Config(message.into())
-}
-
 fn parse_key(text: &str) -> Result<VerifyingKey, &'static str> {
     let bytes: [u8; 32] = hex::decode(text.trim())
         .ok()
@@ -373,46 +160,10 @@ fn parse_key(text: &str) -> Result<VerifyingKey, &'static str> {
     VerifyingKey::from_bytes(&bytes).map_err(|_| "not an Ed25519 public key")
 }
 
-/// Positive and finite, and small enough to be a `Duration`.
-fn seconds(field: &str, value: f64) -> Result<(), ExecutorError> {
-    if value.is_finite() && value > 0.0 && value < 1e12 {
-        Ok(())
-    } else {
-        Err(config(format!(
-            "{field}: must be a positive number of seconds, not {value}"
-        )))
-    }
-}
-
-fn http_url(url: &str) -> Result<(), ExecutorError> {
-    match reqwest::Url::parse(url) {
-        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(()),
-        Ok(parsed) => Err(config(format!(
-            "executor.backend.url: scheme `{}` is not http or https",
-            parsed.scheme()
-        ))),
-        Err(e) => Err(config(format!("executor.backend.url: `{url}`: {e}"))),
-    }
-}
-
-/// The first `{name}` in `arg` that is not a known placeholder.
-fn unknown_placeholder(arg: &str) -> Option<&str> {
-    let mut rest = arg;
-    while let Some(open) = rest.find('{') {
-        let after = &rest[open + 1..];
-        let close = after.find('}')?;
-        let name = &after[..close];
-        if !PLACEHOLDERS.contains(&name) {
-            return Some(name);
-        }
-        rest = &after[close + 1..];
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{ExecSettings, HttpSettings, SimulatorSettings};
 
     use unicron_core::signing::CommandSigner;
 
@@ -427,10 +178,10 @@ mod tests {
     fn valid() -> ExecutorSettings {
         let mut settings = ExecutorSettings {
             cluster: "a".into(),
-            backend: Some(BackendSettings::Http {
+            backend: Some(BackendSettings::Http(HttpSettings {
                 url: "https://ops.example/act".into(),
                 timeout_s: 30.0,
-            }),
+            })),
             ..ExecutorSettings::default()
         };
         settings.public_keys.insert("k1".into(), key());
@@ -480,7 +231,7 @@ mod tests {
         .unwrap();
         settings.validate().unwrap();
         assert!(
-            matches!(settings.backend, Some(BackendSettings::Exec { timeout_s, .. }) if timeout_s == 300.0)
+            matches!(&settings.backend, Some(BackendSettings::Exec(e)) if e.timeout_s == 300.0)
         );
         let http: BackendSettings = toml::from_str(
             r#"kind = "http"
@@ -489,10 +240,10 @@ url = "https://ops.example/act""#,
         .unwrap();
         assert_eq!(
             http,
-            BackendSettings::Http {
+            BackendSettings::Http(HttpSettings {
                 url: "https://ops.example/act".into(),
                 timeout_s: 30.0
-            }
+            })
         );
         assert!(
             toml::from_str::<BackendSettings>("kind = \"http\"\nurl = \"x\"\nretries = 3").is_err()
@@ -518,10 +269,10 @@ url = "https://ops.example/act""#,
         );
 
         let mut s = valid();
-        s.backend = Some(BackendSettings::Http {
+        s.backend = Some(BackendSettings::Http(HttpSettings {
             url: "not a url".into(),
             timeout_s: 1.0,
-        });
+        }));
         assert!(
             error(&s).starts_with("executor.backend.url: "),
             "{}",
@@ -529,17 +280,17 @@ url = "https://ops.example/act""#,
         );
 
         let mut s = valid();
-        s.backend = Some(BackendSettings::Simulator {
+        s.backend = Some(BackendSettings::Simulator(SimulatorSettings {
             url: "ftp://h/x".into(),
-        });
+        }));
         assert!(error(&s).contains("not http or https"), "{}", error(&s));
 
         let mut s = valid();
-        s.backend = Some(BackendSettings::Exec {
+        s.backend = Some(BackendSettings::Exec(ExecSettings {
             program: "act".into(),
             args: vec!["{job}".into(), "{jobs}".into()],
             timeout_s: 1.0,
-        });
+        }));
         assert!(
             error(&s).starts_with("executor.backend.args[1]: unknown placeholder {jobs}"),
             "{}",

@@ -17,7 +17,7 @@ use unicron_core::CommandStatus::{Accepted, Failed, Rejected, Succeeded};
 use unicron_core::executor::{ActionRequest, Backoff};
 use unicron_core::signing::CommandSigner;
 use unicron_core::*;
-use unicron_executor::{BackendSettings, ExecutorSettings};
+use unicron_executor::{BackendSettings, ExecSettings, ExecutorSettings, HttpSettings};
 
 const WAIT: Duration = Duration::from_secs(30);
 const CLUSTER: &str = "c1";
@@ -164,10 +164,10 @@ impl Harness {
                 initial_ms: 10,
                 max_ms: 40,
             },
-            backend: Some(BackendSettings::Http {
+            backend: Some(BackendSettings::Http(HttpSettings {
                 url: self.url.clone(),
                 timeout_s: 5.0,
-            }),
+            })),
             ..ExecutorSettings::default()
         }
     }
@@ -531,7 +531,7 @@ async fn the_exec_backend_reports_exit_codes_and_stderr() {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = h.settings(dir.path());
     let script = r#"test "$1" = restart && test "$UNICRON_NODES" = n1,n2 && exit 0; echo "oops: $1 $2" >&2; exit 3"#;
-    settings.backend = Some(BackendSettings::Exec {
+    settings.backend = Some(BackendSettings::Exec(ExecSettings {
         program: "sh".into(),
         args: vec![
             "-c".into(),
@@ -541,7 +541,7 @@ async fn the_exec_backend_reports_exit_codes_and_stderr() {
             "{command_id}".into(),
         ],
         timeout_s: 10.0,
-    });
+    }));
     let works = h.command("cmd-1", CommandAction::Restart);
     let fails = h.command("cmd-2", CommandAction::Pause);
     h.send(CLUSTER, &works).await;

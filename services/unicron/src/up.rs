@@ -11,7 +11,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use unicron_bus::admin::{TopicReport, TopicStatus, ensure_topics};
 use unicron_bus::{EmbeddedBroker, Topology};
-use unicron_executor::{BackendSettings, ExecutorSettings};
+use unicron_executor::{BackendSettings, ExecutorSettings, SimulatorSettings};
 use unicron_simulator::config::DEMO_MTBF_S;
 use unicron_simulator::{Arrivals, Progress, SimConfig, Summary};
 
@@ -247,11 +247,11 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         executor_settings.cluster = sim_config.cluster.clone();
         if matches!(
             executor_settings.backend,
-            None | Some(BackendSettings::Simulator { .. })
+            None | Some(BackendSettings::Simulator(_))
         ) {
-            executor_settings.backend = Some(BackendSettings::Simulator {
+            executor_settings.backend = Some(BackendSettings::Simulator(SimulatorSettings {
                 url: format!("http://{}/actions", sim.addr),
-            });
+            }));
         }
     }
     if let Some(backend) = &executor_settings.backend {

@@ -723,17 +723,17 @@ fn command(action: CommandAction, node: &str, job: Option<&str>) -> Cmd {
 fn the_slurm_backend_answers_bad_input_with_reasons() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     use unicron_core::executor::Backoff;
-    use unicron_executor::{Backend, BackendSettings, Outcome};
+    use unicron_executor::{Backend, BackendSettings, Outcome, SlurmSettings};
     let tmp = TestDir::new();
     let mut slurm = SlurmCluster::start(tmp.path());
     let conf = slurm.conf.clone();
     let backend = |bin_dir: Option<PathBuf>, timeout_s: f64| {
-        Backend::new(&BackendSettings::Slurm {
+        Backend::new(&BackendSettings::Slurm(SlurmSettings {
             timeout_s,
             bin_dir,
             conf: Some(conf.clone()),
             release_nodes: true,
-        })
+        }))
         .unwrap()
     };
     let act = |backend: &Backend, command: &Cmd| {

@@ -9,7 +9,90 @@ use std::time::Duration;
 use unicron_core::Command;
 use unicron_core::executor::Outcome;
 
-use super::{Attempt, tail};
+use serde::{Deserialize, Serialize};
+
+use super::{ActionBackend, Attempt, Attempting, BackendKind, tail};
+use crate::check::{config, seconds};
+use crate::error::ExecutorError;
+
+/// The names an exec backend's arguments may hold as `{name}`, each also
+/// passed as `UNICRON_<NAME>`.
+pub const PLACEHOLDERS: [&str; 8] = [
+    "command_id",
+    "cluster",
+    "action",
+    "job",
+    "nodes",
+    "restore_from",
+    "decision_id",
+    "time_ms",
+];
+
+/// `kind = "exec"`: runs `program` with templated `args` (no shell), once
+/// per attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSettings {
+    pub program: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: f64,
+}
+
+fn default_timeout_s() -> f64 {
+    300.0
+}
+
+impl BackendKind for ExecSettings {
+    fn validate(&self) -> Result<(), ExecutorError> {
+        if self.program.is_empty() {
+            return Err(config("executor.backend.program: must not be empty"));
+        }
+        for (i, arg) in self.args.iter().enumerate() {
+            if let Some(name) = unknown_placeholder(arg) {
+                return Err(config(format!(
+                    "executor.backend.args[{i}]: unknown placeholder {{{name}}} (known: {})",
+                    PLACEHOLDERS.join(" ")
+                )));
+            }
+        }
+        seconds("executor.backend.timeout_s", self.timeout_s)
+    }
+
+    fn describe(&self) -> String {
+        format!("exec {}", self.program)
+    }
+
+    fn build(&self) -> Result<Box<dyn ActionBackend>, ExecutorError> {
+        Ok(Box::new(ExecBackend::new(
+            &self.program,
+            &self.args,
+            Duration::from_secs_f64(self.timeout_s),
+        )))
+    }
+}
+
+/// The first `{name}` in `arg` that is not a known placeholder.
+fn unknown_placeholder(arg: &str) -> Option<&str> {
+    let mut rest = arg;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find('}')?;
+        let name = &after[..close];
+        if !PLACEHOLDERS.contains(&name) {
+            return Some(name);
+        }
+        rest = &after[close + 1..];
+    }
+    None
+}
+
+impl ActionBackend for ExecBackend {
+    fn attempt<'a>(&'a self, command: &'a Command, attempt: u32) -> Attempting<'a> {
+        Box::pin(ExecBackend::attempt(self, command, attempt))
+    }
+}
 
 pub struct ExecBackend {
     program: String,
@@ -143,7 +226,6 @@ mod tests {
     use unicron_core::CommandAction;
 
     use super::*;
-    use crate::settings::PLACEHOLDERS;
 
     fn command() -> Command {
         Command {

@@ -8,8 +8,84 @@ use reqwest::header::HeaderValue;
 use unicron_core::Command;
 use unicron_core::executor::{ActionRequest, ActionResponse};
 
-use super::{Attempt, tail};
+use serde::{Deserialize, Serialize};
+
+use super::{ActionBackend, Attempt, Attempting, BackendKind, tail};
+use crate::check::{config, seconds};
 use crate::error::ExecutorError;
+
+/// Request timeout of the HTTP and simulator backends, seconds.
+const DEFAULT_TIMEOUT_S: f64 = 30.0;
+
+/// `kind = "http"`: `POST url` with the JSON contract of
+/// `docs/executor.md`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    pub url: String,
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: f64,
+}
+
+/// `kind = "simulator"`: the HTTP backend pointed at `unicron-simulator`
+/// (`unicron sim`); `unicron up` sets it for its own simulator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulatorSettings {
+    pub url: String,
+}
+
+fn default_timeout_s() -> f64 {
+    DEFAULT_TIMEOUT_S
+}
+
+impl BackendKind for HttpSettings {
+    fn validate(&self) -> Result<(), ExecutorError> {
+        http_url(&self.url)?;
+        seconds("executor.backend.timeout_s", self.timeout_s)
+    }
+
+    fn describe(&self) -> String {
+        format!("http {}", self.url)
+    }
+
+    fn build(&self) -> Result<Box<dyn ActionBackend>, ExecutorError> {
+        let timeout = Duration::from_secs_f64(self.timeout_s);
+        Ok(Box::new(HttpBackend::new(&self.url, timeout)?))
+    }
+}
+
+impl BackendKind for SimulatorSettings {
+    fn validate(&self) -> Result<(), ExecutorError> {
+        http_url(&self.url)
+    }
+
+    fn describe(&self) -> String {
+        format!("simulator {}", self.url)
+    }
+
+    fn build(&self) -> Result<Box<dyn ActionBackend>, ExecutorError> {
+        let timeout = Duration::from_secs_f64(DEFAULT_TIMEOUT_S);
+        Ok(Box::new(HttpBackend::new(&self.url, timeout)?))
+    }
+}
+
+fn http_url(url: &str) -> Result<(), ExecutorError> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => Ok(()),
+        Ok(parsed) => Err(config(format!(
+            "executor.backend.url: scheme `{}` is not http or https",
+            parsed.scheme()
+        ))),
+        Err(e) => Err(config(format!("executor.backend.url: `{url}`: {e}"))),
+    }
+}
+
+impl ActionBackend for HttpBackend {
+    fn attempt<'a>(&'a self, command: &'a Command, attempt: u32) -> Attempting<'a> {
+        Box::pin(HttpBackend::attempt(self, command, attempt))
+    }
+}
 
 /// Header carrying the command id: backends act once per value.
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";

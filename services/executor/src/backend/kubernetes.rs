@@ -5,11 +5,117 @@
 //! PyTorchJob, Job) restart through their own controller, and resume by
 //! lifting their `suspend`.
 
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
+use unicron_core::executor::Part;
 use unicron_core::{Command, CommandAction};
 use unicron_kubernetes::{ApiSettings, Evictions, Isolation, Kube, KubeError};
 
-use super::Attempt;
+use super::{ActionBackend, Attempt, Attempting, BackendKind, beside_agents};
+use crate::check::config;
+use crate::error::ExecutorError;
+
+/// `kind = "kubernetes"`: Kubernetes through its API server: isolate_node
+/// cordons, taints `unicron.io/isolated` and evicts the job's pods;
+/// return_node undoes only unicron's own; workloads without agents restart
+/// through their controller; see docs/kubernetes.md.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubernetesSettings {
+    /// A kubeconfig file; unset: `KUBECONFIG`, `~/.kube/config`, or the
+    /// pod's service account.
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    /// Namespaces whose workloads the executor may touch.
+    pub namespaces: Vec<String>,
+    /// Seconds each API call may take.
+    pub timeout_s: f64,
+    /// The resource pods ask GPUs with.
+    pub gpu_resource: String,
+    /// Attempts of an eviction a PodDisruptionBudget refuses.
+    pub eviction_attempts: u32,
+    /// Delete an isolated node's pods at once when the node is not Ready
+    /// (its kubelet cannot confirm an eviction).
+    pub force_delete_unready: bool,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        let api = ApiSettings::default();
+        KubernetesSettings {
+            kubeconfig: api.kubeconfig,
+            context: api.context,
+            namespaces: api.namespaces,
+            timeout_s: api.timeout_s,
+            gpu_resource: "nvidia.com/gpu".to_string(),
+            eviction_attempts: Evictions::default().attempts,
+            force_delete_unready: true,
+        }
+    }
+}
+
+impl KubernetesSettings {
+    /// The API server settings.
+    pub fn api(&self) -> ApiSettings {
+        ApiSettings {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            namespaces: self.namespaces.clone(),
+            timeout_s: self.timeout_s,
+        }
+    }
+}
+
+impl BackendKind for KubernetesSettings {
+    fn validate(&self) -> Result<(), ExecutorError> {
+        self.api().validate("executor.backend").map_err(config)?;
+        if let Some(path) = &self.kubeconfig
+            && !path.is_file()
+        {
+            return Err(config(format!(
+                "executor.backend.kubeconfig: {} is not a file",
+                path.display()
+            )));
+        }
+        if self.eviction_attempts == 0 {
+            return Err(config(
+                "executor.backend.eviction_attempts: must be at least 1",
+            ));
+        }
+        if self.gpu_resource.is_empty() {
+            return Err(config("executor.backend.gpu_resource: must not be empty"));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("kubernetes (namespaces {})", self.namespaces.join(","))
+    }
+
+    fn build(&self) -> Result<Box<dyn ActionBackend>, ExecutorError> {
+        Ok(Box::new(KubernetesBackend::new(
+            self.api(),
+            self.gpu_resource.clone(),
+            Evictions {
+                attempts: self.eviction_attempts,
+                force_on_unready: self.force_delete_unready,
+                ..Evictions::default()
+            },
+        )))
+    }
+}
+
+impl ActionBackend for KubernetesBackend {
+    fn part(&self, command: &Command) -> Part {
+        beside_agents(command)
+    }
+
+    fn attempt<'a>(&'a self, command: &'a Command, attempt: u32) -> Attempting<'a> {
+        Box::pin(KubernetesBackend::attempt(self, command, attempt))
+    }
+}
 
 pub struct KubernetesBackend {
     api: ApiSettings,
@@ -62,7 +168,7 @@ impl KubernetesBackend {
             | CommandAction::Restart
             | CommandAction::Reconfigure
             | CommandAction::Resume => self.restart(kube, command).await,
-            // Not taken part in (`Backend::part`): the agents stop the job.
+            // Not taken part in (`beside_agents`): the agents stop the job.
             CommandAction::Pause => Ok(Err("pause is the agents' under Kubernetes".into())),
             CommandAction::Unknown => Ok(Err("unknown action".into())),
         }

@@ -1,22 +1,69 @@
 //! Where actions are carried out: one attempt per call of a backend, and
 //! the retry loop around it that turns transient trouble into a final
-//! answer.
+//! answer. Each backend is defined once, in its own module beside its
+//! settings, and listed in `registry.rs`.
 
 pub(crate) mod exec;
 mod http;
 mod kubernetes;
+mod registry;
 mod slurm;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use unicron_core::executor::{Backoff, Outcome, Part};
 use unicron_core::{Command, CommandAction};
 
-use unicron_slurm::Slurm;
-
 use crate::error::ExecutorError;
 use crate::metrics::{BACKEND_SECONDS, RETRIES};
-use crate::settings::{BackendSettings, DEFAULT_HTTP_TIMEOUT_S};
+
+pub use exec::ExecSettings;
+pub use http::{HttpSettings, SimulatorSettings};
+pub use kubernetes::KubernetesSettings;
+pub use registry::BackendSettings;
+pub use slurm::SlurmSettings;
+
+/// A kind of backend, as its settings: checked once, then built into the
+/// backend the executor runs with.
+pub(crate) trait BackendKind {
+    /// The first setting that makes no sense, named as
+    /// `executor.backend.FIELD`.
+    fn validate(&self) -> Result<(), ExecutorError>;
+    /// The backend in a few words, for a startup line.
+    fn describe(&self) -> String;
+    /// The backend of settings [`validate`](Self::validate) accepted.
+    fn build(&self) -> Result<Box<dyn ActionBackend>, ExecutorError>;
+}
+
+/// One attempt at a command, in flight.
+pub(crate) type Attempting<'a> = Pin<Box<dyn Future<Output = Attempt> + Send + 'a>>;
+
+/// A built backend: it makes one attempt at a time; retries are
+/// [`Backend::act`]'s.
+pub(crate) trait ActionBackend: Send + Sync {
+    /// Whether this backend answers `command`; most answer every one.
+    fn part(&self, _command: &Command) -> Part {
+        Part::Answer
+    }
+    /// One attempt at `command` (the first is 1).
+    fn attempt<'a>(&'a self, command: &'a Command, attempt: u32) -> Attempting<'a>;
+}
+
+/// A scheduler's part where agents run the jobs (Slurm, Kubernetes): the
+/// workers of a job unicron agents run (its start commands carry a
+/// rendezvous) are the agents' to restart, and they answer for them; so
+/// is a pause, which names no agent job apart from another: holding a job
+/// its agents are stopping would end its allocation (Slurm) or delete the
+/// pods the agents run in (Kubernetes).
+pub(crate) fn beside_agents(command: &Command) -> Part {
+    if command.rendezvous.is_some() || command.action == CommandAction::Pause {
+        Part::Skip
+    } else {
+        Part::Answer
+    }
+}
 
 /// Bytes of a backend's error text (HTTP body, stderr) kept in a reason.
 const REASON_TAIL_BYTES: usize = 512;
@@ -78,80 +125,30 @@ impl Attempt {
 }
 
 /// The configured backend.
-pub enum Backend {
-    Http(http::HttpBackend),
-    Exec(exec::ExecBackend),
-    Slurm(slurm::SlurmBackend),
-    Kubernetes(kubernetes::KubernetesBackend),
+pub struct Backend {
+    inner: Box<dyn ActionBackend>,
 }
 
 impl Backend {
     /// The backend `executor.backend` describes (given as the setting or
-    /// as the optional field of `ExecutorSettings`); unset is an error.
+    /// as the optional field of `ExecutorSettings`), checked; unset is an
+    /// error.
     pub fn new<'a>(
         settings: impl Into<Option<&'a BackendSettings>>,
     ) -> Result<Backend, ExecutorError> {
         let Some(settings) = settings.into() else {
             return Err(ExecutorError::Config("executor.backend: required".into()));
         };
-        let secs = Duration::from_secs_f64;
-        Ok(match settings {
-            BackendSettings::Http { url, timeout_s } => {
-                Backend::Http(http::HttpBackend::new(url, secs(*timeout_s))?)
-            }
-            BackendSettings::Simulator { url } => {
-                Backend::Http(http::HttpBackend::new(url, secs(DEFAULT_HTTP_TIMEOUT_S))?)
-            }
-            BackendSettings::Exec {
-                program,
-                args,
-                timeout_s,
-            } => Backend::Exec(exec::ExecBackend::new(program, args, secs(*timeout_s))),
-            BackendSettings::Slurm {
-                timeout_s,
-                bin_dir,
-                conf,
-                release_nodes,
-            } => {
-                // The Slurm client's calls are this executor's metrics too.
-                unicron_bus::metrics::describe_all(unicron_slurm::METRICS);
-                Backend::Slurm(slurm::SlurmBackend::new(
-                    Slurm::new(bin_dir.clone(), conf.clone(), secs(*timeout_s)),
-                    *release_nodes,
-                ))
-            }
-            BackendSettings::Kubernetes {
-                gpu_resource,
-                eviction_attempts,
-                force_delete_unready,
-                ..
-            } => Backend::Kubernetes(kubernetes::KubernetesBackend::new(
-                settings.kubernetes_api().unwrap_or_default(),
-                gpu_resource.clone(),
-                unicron_kubernetes::Evictions {
-                    attempts: *eviction_attempts,
-                    force_on_unready: *force_delete_unready,
-                    ..unicron_kubernetes::Evictions::default()
-                },
-            )),
+        let kind = settings.kind();
+        kind.validate()?;
+        Ok(Backend {
+            inner: kind.build()?,
         })
     }
 
-    /// Whether this backend answers `command`. Under Slurm and Kubernetes
-    /// the workers of a job unicron agents run (its start commands carry a
-    /// rendezvous) are the agents' to restart, and they answer for them; so
-    /// is a pause, which names no agent job apart from another: holding a
-    /// job its agents are stopping would end its allocation (Slurm) or
-    /// delete the pods the agents run in (Kubernetes).
+    /// Whether this backend answers `command`.
     pub fn part(&self, command: &Command) -> Part {
-        match self {
-            Backend::Slurm(_) | Backend::Kubernetes(_)
-                if command.rendezvous.is_some() || command.action == CommandAction::Pause =>
-            {
-                Part::Skip
-            }
-            _ => Part::Answer,
-        }
+        self.inner.part(command)
     }
 
     /// Carries out `command`, retrying transient errors as `backoff` says.
@@ -161,12 +158,7 @@ impl Backend {
         let started = Instant::now();
         let mut attempt = 1;
         let done = loop {
-            let answer = match self {
-                Backend::Http(backend) => backend.attempt(command, attempt).await,
-                Backend::Exec(backend) => backend.attempt(command, attempt).await,
-                Backend::Slurm(backend) => backend.attempt(command, attempt).await,
-                Backend::Kubernetes(backend) => backend.attempt(command, attempt).await,
-            };
+            let answer = self.inner.attempt(command, attempt).await;
             let measured_ms = started.elapsed().as_millis().min(i64::MAX as u128) as i64;
             match answer {
                 Attempt::Answer {
@@ -223,18 +215,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn under_slurm_agent_starts_and_pauses_are_the_agents() {
-        let slurm = Backend::new(&BackendSettings::Slurm {
-            timeout_s: 1.0,
-            bin_dir: None,
-            conf: None,
-            release_nodes: true,
-        })
-        .unwrap();
-        let http = Backend::new(&BackendSettings::Http {
+    fn beside_agents_their_starts_and_pauses_are_theirs() {
+        let slurm = Backend::new(&BackendSettings::Slurm(SlurmSettings::default())).unwrap();
+        let http = Backend::new(&BackendSettings::Http(HttpSettings {
             url: "http://127.0.0.1:1/act".into(),
             timeout_s: 1.0,
-        })
+        }))
         .unwrap();
         let command = |action, rendezvous: bool| Command {
             id: "c".into(),

@@ -4,10 +4,77 @@
 //! allocation it leaves) is Slurm's business here. Jobs Slurm runs without
 //! agents are requeued, Slurm's own restart.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use unicron_core::executor::Part;
 use unicron_core::{Command, CommandAction};
 use unicron_slurm::{REASON_PREFIX, Slurm, SlurmError};
 
-use super::Attempt;
+use super::{ActionBackend, Attempt, Attempting, BackendKind, beside_agents};
+use crate::check::seconds;
+use crate::error::ExecutorError;
+
+/// `kind = "slurm"`: Slurm through `scontrol`: isolate_node drains,
+/// return_node resumes (only unicron's own drains); see docs/slurm.md.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlurmSettings {
+    /// Seconds each Slurm command may take.
+    pub timeout_s: f64,
+    /// Directory of Slurm's commands; unset: `PATH`.
+    pub bin_dir: Option<PathBuf>,
+    /// slurm.conf for Slurm's commands (`SLURM_CONF`); unset: theirs.
+    pub conf: Option<PathBuf>,
+    /// Release an isolated node from the allocation of the agent job it
+    /// leaves, so it goes from draining to drained.
+    pub release_nodes: bool,
+}
+
+impl Default for SlurmSettings {
+    fn default() -> Self {
+        SlurmSettings {
+            timeout_s: 10.0,
+            bin_dir: None,
+            conf: None,
+            release_nodes: true,
+        }
+    }
+}
+
+impl BackendKind for SlurmSettings {
+    fn validate(&self) -> Result<(), ExecutorError> {
+        seconds("executor.backend.timeout_s", self.timeout_s)
+    }
+
+    fn describe(&self) -> String {
+        "slurm (scontrol)".to_string()
+    }
+
+    fn build(&self) -> Result<Box<dyn ActionBackend>, ExecutorError> {
+        // The Slurm client's calls are this executor's metrics too.
+        unicron_bus::metrics::describe_all(unicron_slurm::METRICS);
+        Ok(Box::new(SlurmBackend::new(
+            Slurm::new(
+                self.bin_dir.clone(),
+                self.conf.clone(),
+                Duration::from_secs_f64(self.timeout_s),
+            ),
+            self.release_nodes,
+        )))
+    }
+}
+
+impl ActionBackend for SlurmBackend {
+    fn part(&self, command: &Command) -> Part {
+        beside_agents(command)
+    }
+
+    fn attempt<'a>(&'a self, command: &'a Command, attempt: u32) -> Attempting<'a> {
+        Box::pin(SlurmBackend::attempt(self, command, attempt))
+    }
+}
 
 pub struct SlurmBackend {
     slurm: Slurm,
@@ -32,7 +99,7 @@ impl SlurmBackend {
             | CommandAction::Restart
             | CommandAction::Reconfigure
             | CommandAction::Resume => self.requeue(command).await,
-            // Not taken part in (`Backend::part`): the agents stop the job.
+            // Not taken part in (`beside_agents`): the agents stop the job.
             CommandAction::Pause => Ok(Err("pause is the agents' under Slurm".to_string())),
             CommandAction::Unknown => Ok(Err("unknown action".to_string())),
         };
