@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{BackendKind, exec, http, kubernetes, slurm};
+use crate::error::ExecutorError;
 
 macro_rules! backends {
     ($($variant:ident = $kind:literal => $settings:ty,)*) => {
@@ -42,6 +43,19 @@ backends! {
     Simulator = "simulator" => http::SimulatorSettings,
     Slurm = "slurm" => slurm::SlurmSettings,
     Kubernetes = "kubernetes" => kubernetes::KubernetesSettings,
+}
+
+impl BackendSettings {
+    /// The first setting that makes no sense, named as
+    /// `executor.backend.FIELD`.
+    pub fn validate(&self) -> Result<(), ExecutorError> {
+        self.kind().validate()
+    }
+
+    /// The backend in a few words, for a startup line.
+    pub fn describe(&self) -> String {
+        self.kind().describe()
+    }
 }
 
 #[cfg(test)]
