@@ -42,7 +42,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ExecutorError> {
     let gate = settings.validate()?;
-    let backend = Backend::new(settings.backend.as_ref())?;
+    let Some(backend) = &settings.backend else {
+        return Err(ExecutorError::Config("executor.backend: required".into()));
+    };
+    let backend = Backend::checked(backend)?;
     let store = Arc::new(Store::open(
         &settings.state_dir,
         StoreOptions {

@@ -326,23 +326,24 @@ impl Snapshots {
         if held.is_empty() {
             return;
         }
+        {
+            let mut store = self.store();
+            for s in &held {
+                let origin = if s.replica {
+                    Origin::Replica
+                } else {
+                    Origin::Own
+                };
+                store.reported(&s.job, s.rank, origin, s.step);
+            }
+        }
+        self.held_changed();
         let mut event = self
             .reporter
             .cluster_event(ClusterEventKind::SnapshotsStored);
         event.node = Some(self.node.clone());
-        event.snapshots = held.clone();
+        event.snapshots = held;
         self.reporter.send(Reported::Cluster(event));
-        let mut store = self.store();
-        for s in &held {
-            let origin = if s.replica {
-                Origin::Replica
-            } else {
-                Origin::Own
-            };
-            store.reported(&s.job, s.rank, origin, s.step);
-        }
-        drop(store);
-        self.held_changed();
     }
 
     /// A local rank's first training step after a start: what its restore

@@ -139,10 +139,15 @@ impl Backend {
         let Some(settings) = settings.into() else {
             return Err(ExecutorError::Config("executor.backend: required".into()));
         };
-        let kind = settings.kind();
-        kind.validate()?;
+        settings.validate()?;
+        Backend::checked(settings)
+    }
+
+    /// The backend of settings already validated (the executor's own, by
+    /// `ExecutorSettings::validate`), so they are not checked twice.
+    pub(crate) fn checked(settings: &BackendSettings) -> Result<Backend, ExecutorError> {
         Ok(Backend {
-            inner: kind.build()?,
+            inner: settings.kind().build()?,
         })
     }
 
