@@ -20,24 +20,6 @@ use unicron_remote_write::RemoteWriteSettings;
 #[cfg(feature = "simulator")]
 use unicron_simulator::SimConfig;
 
-/// Sections whose keys the environment may override.
-const ENV_SECTIONS: &[&str] = &[
-    "archiver__",
-    "kafka__",
-    "metrics__",
-    "embedded__",
-    "planner__",
-    "detector__",
-    "executor__",
-    #[cfg(feature = "simulator")]
-    "sim__",
-    "status__",
-    "slurm__",
-    "kubernetes__",
-    "agent__",
-    "remote_write__",
-];
-
 /// The whole configuration of the `unicron` binary.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -111,17 +93,31 @@ impl Config {
             }
             figment = figment.merge(Toml::file(path));
         }
+        let sections: Vec<String> = Config::sections()
+            .into_iter()
+            .map(|section| format!("{section}__"))
+            .collect();
         figment = figment.merge(
             Env::prefixed("UNICRON_")
-                .filter(|key| {
+                .filter(move |key| {
                     let key = key.as_str().to_ascii_lowercase();
-                    ENV_SECTIONS.iter().any(|s| key.starts_with(s))
+                    sections.iter().any(|s| key.starts_with(s.as_str()))
                 })
                 .split("__"),
         );
         let config: Config = figment.extract().map_err(one_line)?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// The top-level sections (`kafka`, `agent`, ...), read from the
+    /// configuration's own fields, so every section the file knows the
+    /// environment overrides too and no list is kept by hand.
+    pub fn sections() -> Vec<String> {
+        match toml::Value::try_from(Config::default()) {
+            Ok(toml::Value::Table(table)) => table.keys().cloned().collect(),
+            _ => unreachable!("the default configuration serialises to a table"),
+        }
     }
 
     fn validate(&self) -> Result<(), ConfigError> {

@@ -178,6 +178,40 @@ mod env_tests {
             Ok(())
         });
     }
+
+    /// Every section of the file is reachable from the environment: one
+    /// typed key of each, set to a value of the wrong type, is read and
+    /// rejected with its name.
+    #[test]
+    fn the_environment_reaches_every_section() {
+        let defaults = toml::Value::try_from(Config::default()).unwrap();
+        let sections = Config::sections();
+        assert!(sections.len() >= 12, "{sections:?}");
+        for section in &sections {
+            let path = typed_leaf(&defaults[section.as_str()], vec![section.clone()])
+                .unwrap_or_else(|| panic!("[{section}] has no boolean or numeric key"));
+            let var = format!("UNICRON_{}", path.join("__").to_ascii_uppercase());
+            figment::Jail::expect_with(|jail| {
+                jail.set_env(&var, "bogus");
+                let err = Config::load(None).unwrap_err().to_string();
+                assert!(err.contains(&path.join(".")), "{var}: {err}");
+                Ok(())
+            });
+        }
+    }
+
+    /// The path of the first boolean or numeric value under `value`.
+    fn typed_leaf(value: &toml::Value, path: Vec<String>) -> Option<Vec<String>> {
+        match value {
+            toml::Value::Boolean(_) | toml::Value::Integer(_) | toml::Value::Float(_) => Some(path),
+            toml::Value::Table(table) => table.iter().find_map(|(key, value)| {
+                let mut path = path.clone();
+                path.push(key.clone());
+                typed_leaf(value, path)
+            }),
+            _ => None,
+        }
+    }
 }
 
 mod example_tests {
