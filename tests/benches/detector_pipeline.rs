@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use unicron_bus::{AvroCodec, Consumer, Producer};
+use unicron_bus::{Consumer, Producer};
+use unicron_codec::AvroCodec;
 use unicron_core::detector::{
     Detector, DetectorConfig, DetectorInput, LogRules, Observation, Source,
 };

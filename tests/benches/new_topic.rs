@@ -12,9 +12,10 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use tokio::sync::oneshot;
-use unicron_bus::formats::{ExternalInput, InputFormat, LabelMap};
 use unicron_bus::testing::kafka::{KafkaCluster, KafkaOptions, kafka_libs};
-use unicron_bus::{Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_bus::{Consumer, EmbeddedBroker, Producer};
+use unicron_codec::formats::{ExternalInput, InputFormat, LabelMap};
+use unicron_codec::{KafkaConfig, Topology};
 use unicron_core::FailureEvent;
 use unicron_detector::DetectorSettings;
 

@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use unicron_bus::archive::{self, ArchiveWriter, WriterOptions};
-use unicron_bus::schemas::{AvroRecord, RecordType};
-use unicron_bus::{AvroCodec, InboundRecord};
+use unicron_codec::archive::{self, ArchiveWriter, WriterOptions};
+use unicron_codec::schemas::{AvroRecord, RecordType};
+use unicron_codec::{AvroCodec, InboundRecord};
 use unicron_core::detector::{Detector, DetectorConfig, LogRules, Observation, Source};
 use unicron_core::planner::{Input, InputEvent, Planner, PlannerConfig};
 use unicron_core::replay::{

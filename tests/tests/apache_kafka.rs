@@ -11,8 +11,9 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use unicron_bus::Producer;
 use unicron_bus::testing::kafka::{KafkaCluster, KafkaOptions, kafka_or_skip};
-use unicron_bus::{KafkaConfig, Producer, Topology};
+use unicron_codec::{KafkaConfig, Topology};
 
 /// One cluster at a time: three JVMs each already fill two cores.
 static ONE_CLUSTER: Mutex<()> = Mutex::new(());

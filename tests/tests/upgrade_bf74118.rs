@@ -6,9 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use unicron_bus::AvroCodec;
-use unicron_bus::archive::{self, Archived};
-use unicron_bus::schemas::AvroRecord;
+use unicron_codec::AvroCodec;
+use unicron_codec::archive::{self, Archived};
+use unicron_codec::schemas::AvroRecord;
 use unicron_core::planner::{ClusterState, Input, InputEvent, Output, Planner, PlannerConfig};
 use unicron_core::replay::{RecordedStep, steps};
 use unicron_core::signing::CommandSigner;

@@ -26,7 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
-use unicron_bus::{KafkaConfig, Producer, Subscription, Topic};
+use unicron_bus::Producer;
+use unicron_codec::{KafkaConfig, Subscription, Topic};
 use unicron_executor::CommandProcessor;
 use unicron_runtime::{Durability, RuntimeError, RuntimeOptions, StartFrom};
 use unicron_store::{Store, StoreOptions};

@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, mpsc};
-use unicron_bus::{AvroCodec, KafkaConfig, Producer, Topic, Topics};
+use unicron_bus::Producer;
+use unicron_codec::{AvroCodec, KafkaConfig, Topic, Topics};
 use unicron_core::{
     AgentEvent, AgentEventKind, ClusterEvent, ClusterEventKind, LogRecord, WorkerReport,
 };

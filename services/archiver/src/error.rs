@@ -1,5 +1,5 @@
 use unicron_bus::BusError;
-use unicron_bus::archive::ArchiveError;
+use unicron_codec::archive::ArchiveError;
 use unicron_runtime::RuntimeError;
 
 /// Errors that stop the archiver. Bad records never do: they are

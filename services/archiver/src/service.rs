@@ -13,9 +13,9 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use unicron_bus::archive::{Appended, ArchiveError, ArchiveWriter, ClosedFile};
-use unicron_bus::schemas::RecordType;
-use unicron_bus::{DecodeError, InboundRecord, KafkaConfig, Subscription};
+use unicron_codec::archive::{Appended, ArchiveError, ArchiveWriter, ClosedFile};
+use unicron_codec::schemas::RecordType;
+use unicron_codec::{DecodeError, InboundRecord, KafkaConfig, Subscription};
 use unicron_runtime::{
     Applied, Durability, Never, OnStop, Processor, Reading, RuntimeOptions, Settled, Step,
 };

@@ -3,9 +3,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use unicron_bus::archive::{DEFAULT_MAX_FILE_AGE, DEFAULT_MAX_FILE_BYTES, WriterOptions};
-use unicron_bus::schemas::RecordType;
-use unicron_bus::{KafkaConfig, Topology};
+use unicron_codec::archive::{DEFAULT_MAX_FILE_AGE, DEFAULT_MAX_FILE_BYTES, WriterOptions};
+use unicron_codec::schemas::RecordType;
+use unicron_codec::{KafkaConfig, Topology};
 
 use crate::error::ArchiverError;
 

@@ -4,18 +4,17 @@
 //! `unicron.dlq`), and a restart on the same directory archives what came
 //! since without duplicating anything.
 
-#[path = "../../bus/tests/common/mod.rs"]
-mod fixtures;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use unicron_archiver::ArchiverSettings;
-use unicron_bus::archive::{self, ArchiveFile};
-use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, KafkaConfig, Producer};
+use unicron_bus::Producer;
+use unicron_codec::archive::{self, ArchiveFile};
+use unicron_codec::samples as fixtures;
+use unicron_codec::schemas::AvroRecord;
+use unicron_codec::{AvroCodec, KafkaConfig};
 use unicron_core::{DeadLetter, Decision, FailureEvent, LogRecord};
 
 const WAIT: Duration = Duration::from_secs(30);

@@ -10,9 +10,9 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::types::RDKafkaErrorCode;
 
-use crate::config::KafkaConfig;
 use crate::error::BusError;
-use crate::topology::{TopicSpec, Topology};
+use unicron_codec::config::KafkaConfig;
+use unicron_codec::topology::{TopicSpec, Topology};
 
 /// How long the first contact with the cluster may take: a broker that has
 /// not answered by then is reported, not waited for.

@@ -3,11 +3,11 @@
 
 use unicron_core::DeadLetter;
 
-use crate::codec::{AvroCodec, DecodeError};
 use crate::consumer::InboundRecord;
 use crate::error::BusError;
 use crate::metrics::DLQ_RECORDS;
 use crate::producer::Producer;
+use unicron_codec::codec::{AvroCodec, DecodeError};
 
 /// Builds the dead letter for `record`: the payload is cut to
 /// `payload_bound` bytes, its original size kept.

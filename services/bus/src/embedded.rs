@@ -15,7 +15,7 @@ use rdkafka::types::RDKafkaRespErr;
 
 use crate::admin::{TopicReport, TopicStatus};
 use crate::error::BusError;
-use crate::topology::Topology;
+use unicron_codec::topology::Topology;
 
 /// Replication factor of embedded topics: one copy is all a single process can offer.
 const EMBEDDED_REPLICATION: i32 = 1;

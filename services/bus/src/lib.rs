@@ -1,9 +1,9 @@
 //! unicron-bus: everything between unicron and Kafka.
 //!
 //! A typed producer and consumer, topic administration, dead-letter
-//! routing, the embedded broker and the Prometheus endpoint, on rdkafka;
-//! the codec, topics and archive format are `unicron-codec`'s, re-exported
-//! here. Nothing here decides
+//! routing, the embedded broker and the Prometheus endpoint, on rdkafka.
+//! The records' bytes, the topics and the archive format are
+//! `unicron-codec`'s; callers use that crate directly. Nothing here decides
 //! anything; decisions live in `unicron-core` (docs/design.md §2).
 
 // One module reads librdkafka's cache through its C API; nothing else.
@@ -22,15 +22,6 @@ pub mod testing;
 #[allow(unsafe_code)]
 mod watermark_cache;
 pub mod whole_topic;
-
-// The codec crate's modules, under the paths services have always used.
-pub use unicron_codec::{
-    AvroCodec, CodecError, DecodeError, Framing, InboundRecord, KafkaConfig, PlannerInputs,
-    Subscription, Topic, TopicSpec, Topics, Topology, check_retention_ms,
-};
-pub use unicron_codec::{
-    archive, codec, config, direct_decode, formats, planner_input, schemas, topic, topology,
-};
 
 pub use consumer::Consumer;
 pub use embedded::EmbeddedBroker;

@@ -5,11 +5,11 @@ use std::time::Duration;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::util::Timeout;
 
-use crate::codec::AvroCodec;
-use crate::config::KafkaConfig;
 use crate::error::BusError;
 use crate::metrics::RECORDS_OUT;
-use crate::schemas::AvroRecord;
+use unicron_codec::codec::AvroCodec;
+use unicron_codec::config::KafkaConfig;
+use unicron_codec::schemas::AvroRecord;
 
 /// How long a send may wait in librdkafka's queue when it is full.
 const QUEUE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -10,9 +10,9 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::config::KafkaConfig;
 use crate::consumer::InboundRecord;
 use crate::error::BusError;
+use unicron_codec::config::KafkaConfig;
 
 /// Longest wait for metadata, watermarks and each poll.
 const TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,13 +1,14 @@
 //! Service tests on the embedded broker (docs/design.md §6, rung 2): real Kafka
 //! protocol on loopback, in process.
 
-mod common;
+use unicron_codec::samples;
 
 use std::time::Duration;
 
 use unicron_bus::admin::{TopicStatus, ensure_topics};
-use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_bus::{Consumer, EmbeddedBroker, Producer};
+use unicron_codec::schemas::AvroRecord;
+use unicron_codec::{AvroCodec, KafkaConfig, Topology};
 use unicron_core::LogRecord;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -51,17 +52,17 @@ fn both<T>(sample: fn(bool) -> T) -> Vec<T> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_record_type_crosses_the_embedded_broker_intact() {
     let broker = EmbeddedBroker::start(1).unwrap();
-    produce_and_consume(&broker, "t.telemetry", both(common::telemetry)).await;
-    produce_and_consume(&broker, "t.logs", both(common::log)).await;
-    produce_and_consume(&broker, "t.agent", both(common::agent)).await;
-    produce_and_consume(&broker, "t.failures", both(common::failure)).await;
-    produce_and_consume(&broker, "t.cluster", both(common::cluster)).await;
-    produce_and_consume(&broker, "t.decisions", both(common::decision)).await;
-    produce_and_consume(&broker, "t.commands", both(common::command)).await;
-    produce_and_consume(&broker, "t.results", both(common::result)).await;
-    produce_and_consume(&broker, "t.dlq", both(common::dead_letter)).await;
-    produce_and_consume(&broker, "t.checkpoints", both(common::checkpoint)).await;
-    produce_and_consume(&broker, "t.rounds", both(common::round)).await;
+    produce_and_consume(&broker, "t.telemetry", both(samples::telemetry)).await;
+    produce_and_consume(&broker, "t.logs", both(samples::log)).await;
+    produce_and_consume(&broker, "t.agent", both(samples::agent)).await;
+    produce_and_consume(&broker, "t.failures", both(samples::failure)).await;
+    produce_and_consume(&broker, "t.cluster", both(samples::cluster)).await;
+    produce_and_consume(&broker, "t.decisions", both(samples::decision)).await;
+    produce_and_consume(&broker, "t.commands", both(samples::command)).await;
+    produce_and_consume(&broker, "t.results", both(samples::result)).await;
+    produce_and_consume(&broker, "t.dlq", both(samples::dead_letter)).await;
+    produce_and_consume(&broker, "t.checkpoints", both(samples::checkpoint)).await;
+    produce_and_consume(&broker, "t.rounds", both(samples::round)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,7 +149,7 @@ async fn a_restarted_member_resumes_right_after_the_last_record_marked_done() {
     // once the old member's session has expired.
     config.properties.insert(
         "session.timeout.ms".into(),
-        unicron_bus::config::PropertyValue::Int(6000),
+        unicron_codec::config::PropertyValue::Int(6000),
     );
     let topic = "t.resume";
     broker.create_topic(topic, 1).unwrap();
@@ -156,7 +157,7 @@ async fn a_restarted_member_resumes_right_after_the_last_record_marked_done() {
     let codec = AvroCodec::<LogRecord>::default();
     for _ in 0..5 {
         producer
-            .send(topic, "node-3", &common::log(false), &codec)
+            .send(topic, "node-3", &samples::log(false), &codec)
             .await
             .unwrap();
     }

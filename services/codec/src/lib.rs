@@ -14,6 +14,8 @@ mod error;
 pub mod formats;
 pub mod planner_input;
 mod record;
+#[cfg(any(test, feature = "test-util"))]
+pub mod samples;
 pub mod schemas;
 pub mod topic;
 pub mod topology;

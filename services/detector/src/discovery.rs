@@ -1,6 +1,6 @@
 //! How soon a pattern-subscribed input topic created later is read.
 
-use unicron_bus::KafkaConfig;
+use unicron_codec::KafkaConfig;
 
 /// librdkafka's property that sets how soon a pattern subscription sees a
 /// topic created after it.
@@ -36,7 +36,7 @@ pub(crate) fn with_topic_discovery(kafka: &KafkaConfig, every_s: f64) -> KafkaCo
         if !set.iter().any(|k| k == key) {
             kafka
                 .properties
-                .insert(key.into(), unicron_bus::config::PropertyValue::Int(value));
+                .insert(key.into(), unicron_codec::config::PropertyValue::Int(value));
         }
     }
     kafka

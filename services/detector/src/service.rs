@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use unicron_bus::formats::{self, ExternalInput};
-use unicron_bus::{
+use unicron_codec::formats::{self, ExternalInput};
+use unicron_codec::{
     AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic, Topics,
 };
 use unicron_core::AgentEvent;

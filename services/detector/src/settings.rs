@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use unicron_bus::formats::ExternalInput;
+use unicron_codec::formats::ExternalInput;
 use unicron_core::detector::{DetectorConfig, LogRules};
 
 use crate::error::DetectorError;

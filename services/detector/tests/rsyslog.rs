@@ -11,9 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use unicron_bus::formats::{ExternalInput, InputFormat, LabelMap};
 use unicron_bus::testing::kafka::{KafkaCluster, KafkaOptions, kafka_or_skip};
-use unicron_bus::{Consumer, EmbeddedBroker, KafkaConfig, Topology};
+use unicron_bus::{Consumer, EmbeddedBroker};
+use unicron_codec::formats::{ExternalInput, InputFormat, LabelMap};
+use unicron_codec::{KafkaConfig, Topology};
 use unicron_core::{DetectorRound, FailureEvent, FailureKind};
 use unicron_detector::DetectorSettings;
 

@@ -10,9 +10,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
-use unicron_bus::formats::{ExternalInput, InputFormat, Signal};
 use unicron_bus::testing::GroupProgress;
-use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer, Topology};
+use unicron_bus::{Consumer, EmbeddedBroker, Producer};
+use unicron_codec::formats::{ExternalInput, InputFormat, Signal};
+use unicron_codec::{AvroCodec, KafkaConfig, Topology};
 use unicron_core::*;
 use unicron_detector::DetectorSettings;
 
@@ -144,7 +145,7 @@ impl Running {
     }
 }
 
-async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {
+async fn read<T: unicron_codec::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {
     unicron_bus::testing::read_records(consumer, n, WAIT).await
 }
 
@@ -608,7 +609,7 @@ async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
             garbage(
                 &mut runner,
                 valid,
-                |p| !unicron_bus::formats::decode(input, p).problems.is_empty(),
+                |p| !unicron_codec::formats::decode(input, p).problems.is_empty(),
                 PER_TOPIC,
             ),
         ));

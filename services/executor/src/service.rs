@@ -17,7 +17,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use unicron_bus::{AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic};
+use unicron_codec::{AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic};
 use unicron_core::executor::{self, Backoff, Gate, Outcome, Rejection};
 use unicron_core::{Command, CommandStatus};
 use unicron_runtime::{Act, Applied, Durability, Processor, RuntimeOptions, StartFrom, Step};

@@ -13,7 +13,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use unicron_bus::{AvroCodec, KafkaConfig, Producer, Topic, Topics};
+use unicron_bus::Producer;
+use unicron_codec::{AvroCodec, KafkaConfig, Topic, Topics};
 use unicron_core::{ClusterEvent, LogRecord};
 
 use crate::client::Kube;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use unicron_bus::testing::{GroupProgress, embedded_with_topics};
-use unicron_bus::{Topic, Topics};
+use unicron_codec::{Topic, Topics};
 use unicron_kubernetes::testing::unreachable_api;
 use unicron_kubernetes::{WatchSettings, run_watcher};
 

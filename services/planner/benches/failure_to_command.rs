@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use unicron_bus::{AvroCodec, Consumer, Producer};
+use unicron_bus::{Consumer, Producer};
+use unicron_codec::AvroCodec;
 use unicron_core::signing::CommandSigner;
 use unicron_core::*;
 use unicron_planner::PlannerSettings;

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use unicron_bus::AvroCodec;
+use unicron_codec::AvroCodec;
 use unicron_core::{CheckpointManifest, CheckpointedCluster, ConsumedOffset, PlannerCheckpoint};
 use unicron_runtime::{Outgoing, Published};
 use unicron_store::Store;

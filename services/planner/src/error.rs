@@ -25,8 +25,8 @@ impl From<StoreError> for PlannerError {
     }
 }
 
-impl From<unicron_bus::CodecError> for PlannerError {
-    fn from(error: unicron_bus::CodecError) -> Self {
+impl From<unicron_codec::CodecError> for PlannerError {
+    fn from(error: unicron_codec::CodecError) -> Self {
         PlannerError::Runtime(BusError::from(error).into())
     }
 }

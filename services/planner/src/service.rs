@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use unicron_bus::{DecodeError, InboundRecord, KafkaConfig, PlannerInputs, Subscription, Topic};
+use unicron_codec::{DecodeError, InboundRecord, KafkaConfig, PlannerInputs, Subscription, Topic};
 use unicron_core::planner::{Input, InputEvent, Output, Planner};
 use unicron_core::signing::CommandSigner;
 use unicron_runtime::{
@@ -28,13 +28,13 @@ const CHECKPOINT_CHECK: Duration = Duration::from_secs(60);
 
 /// How the planner reads its inputs (its outputs go by record type).
 pub(crate) struct Topics {
-    pub names: unicron_bus::Topics,
+    pub names: unicron_codec::Topics,
     pub inputs: PlannerInputs,
 }
 
 impl Topics {
     fn new(kafka: &KafkaConfig) -> Topics {
-        let names = unicron_bus::Topics::new(kafka);
+        let names = unicron_codec::Topics::new(kafka);
         Topics {
             inputs: PlannerInputs::new(names.clone()),
             names,
@@ -226,7 +226,7 @@ impl Processor for PlannerProcessor {
 /// site overriding `partition.assignment.strategy` may break it, and then
 /// two planners would decide for one cluster.
 pub(crate) fn co_partitioned(
-    names: &unicron_bus::Topics,
+    names: &unicron_codec::Topics,
     assigned: &[(String, i32)],
 ) -> Result<BTreeSet<i32>, PlannerError> {
     let by_topic = PlannerInputs::TOPICS.map(|topic| {

@@ -19,8 +19,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use unicron_bus::BusError;
 use unicron_bus::whole_topic::PartitionReader;
-use unicron_bus::{AvroCodec, BusError, InboundRecord, KafkaConfig, PlannerInputs, Topic};
+use unicron_codec::{AvroCodec, InboundRecord, KafkaConfig, PlannerInputs, Topic};
 use unicron_core::planner::{Input, InputEvent, Planner};
 use unicron_core::{Decision, PlannerCheckpoint};
 use unicron_store::{Commit, Store};
@@ -36,7 +37,7 @@ use crate::stored::{clusters_of, index_key, load_cluster, state_key};
 const CHUNK_GAP: i64 = 16;
 
 /// The planner's input topics, full names, in `PlannerInputs::TOPICS` order.
-fn input_topics(names: &unicron_bus::Topics) -> [String; 3] {
+fn input_topics(names: &unicron_codec::Topics) -> [String; 3] {
     PlannerInputs::TOPICS.map(|t| names.name(t).to_string())
 }
 
@@ -75,7 +76,7 @@ pub async fn take_over(
     partitions: &BTreeSet<i32>,
     checkpoints: &mut Checkpoints,
 ) -> Result<(), PlannerError> {
-    let names = unicron_bus::Topics::new(kafka);
+    let names = unicron_codec::Topics::new(kafka);
     let inputs = input_topics(&names);
     let mut local = BTreeMap::new();
     for &p in partitions {
@@ -101,7 +102,7 @@ fn read_histories(
     local: &BTreeMap<i32, [i64; 3]>,
 ) -> Result<Vec<History>, PlannerError> {
     let reader = PartitionReader::new(kafka, brokers)?;
-    let names = unicron_bus::Topics::new(kafka);
+    let names = unicron_codec::Topics::new(kafka);
     local
         .iter()
         .map(|(&p, local)| read_history(&reader, &names, p, *local))
@@ -110,7 +111,7 @@ fn read_histories(
 
 fn read_history(
     reader: &PartitionReader,
-    names: &unicron_bus::Topics,
+    names: &unicron_codec::Topics,
     partition: i32,
     local: [i64; 3],
 ) -> Result<History, PlannerError> {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use unicron_bus::testing::GroupProgress;
-use unicron_bus::{AvroCodec, Consumer, EmbeddedBroker, KafkaConfig, Producer};
+use unicron_bus::{Consumer, EmbeddedBroker, Producer};
+use unicron_codec::{AvroCodec, KafkaConfig};
 use unicron_core::signing::CommandSigner;
 use unicron_core::testing;
 use unicron_core::*;
@@ -151,7 +152,7 @@ async fn stop_planner(stop: oneshot::Sender<()>, task: tokio::task::JoinHandle<(
     unicron_bus::testing::stop_service(stop, task, WAIT).await;
 }
 
-async fn read<T: unicron_bus::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {
+async fn read<T: unicron_codec::schemas::AvroRecord>(consumer: &Consumer, n: usize) -> Vec<T> {
     unicron_bus::testing::read_records(consumer, n, WAIT).await
 }
 
@@ -284,7 +285,7 @@ fn replay_log(h: &Harness) -> unicron_core::replay::Comparison {
     let brokers = h.brokers();
     let read_all = |name: &str| read_topic(&h.kafka, &brokers, &h.kafka.topic(name)).unwrap();
     let mut inputs = BTreeMap::new();
-    let mut add = |record: unicron_bus::InboundRecord, event: InputEvent| {
+    let mut add = |record: unicron_codec::InboundRecord, event: InputEvent| {
         inputs.insert(
             (record.topic.clone(), record.partition, record.offset),
             Input {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use unicron_bus::formats::LabelMap;
+use unicron_codec::formats::LabelMap;
 use unicron_core::{MetricSample, TelemetryBatch};
 
 use crate::proto::{WriteRequest, is_stale_marker};

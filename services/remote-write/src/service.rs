@@ -15,8 +15,9 @@ use axum::routing::post;
 use prost::Message as _;
 use unicron_bus::consumer::InboundRecord;
 use unicron_bus::dlq::DeadLetterSink;
-use unicron_bus::formats::LabelMap;
-use unicron_bus::{AvroCodec, BusError, KafkaConfig, Outbound, Producer, Topic, Topics};
+use unicron_bus::{BusError, Outbound, Producer};
+use unicron_codec::formats::LabelMap;
+use unicron_codec::{AvroCodec, KafkaConfig, Topic, Topics};
 use unicron_core::TelemetryBatch;
 
 use crate::convert::{Converted, convert, split_to_fit};

@@ -1,7 +1,7 @@
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
-use unicron_bus::formats::LabelMap;
+use unicron_codec::formats::LabelMap;
 
 use crate::error::RemoteWriteError;
 

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use prost::Message as _;
 use tokio::sync::oneshot;
+use unicron_bus::Consumer;
 use unicron_bus::testing::{embedded_with_topics, read_records, stop_service};
-use unicron_bus::{Consumer, KafkaConfig};
+use unicron_codec::KafkaConfig;
 use unicron_core::{DeadLetter, TelemetryBatch};
 use unicron_remote_write::proto::{Label, STALE_NAN_BITS, Sample, TimeSeries, WriteRequest};
 use unicron_remote_write::{Receiver, RemoteWriteSettings};

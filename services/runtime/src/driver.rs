@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use unicron_bus::dlq::encode_dead_letter;
 use unicron_bus::producer::Outbound;
-use unicron_bus::{AvroCodec, InboundRecord, KafkaConfig, Topic, Topics};
+use unicron_codec::{AvroCodec, InboundRecord, KafkaConfig, Topic, Topics};
 use unicron_core::DeadLetter;
 use unicron_store::{Commit, OutboxEntry, Store};
 

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
+use unicron_bus::BusError;
 use unicron_bus::producer::{Delivered, Outbound};
-use unicron_bus::{BusError, DecodeError, InboundRecord};
+use unicron_codec::{DecodeError, InboundRecord};
 
 /// How far partitions are read, as a tick may ask ([`crate::Reading`]).
 pub trait Positions: Sync {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use unicron_bus::producer::{Delivered, Outbound};
-use unicron_bus::{BusError, Consumer, DecodeError, InboundRecord, Producer};
+use unicron_bus::{BusError, Consumer, Producer};
+use unicron_codec::{DecodeError, InboundRecord};
 
 use crate::io::{Positions, Sink, Source};
 use crate::membership::Membership;

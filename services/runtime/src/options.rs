@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use unicron_bus::Subscription;
+use unicron_codec::Subscription;
 use unicron_store::Store;
 
 /// How a service's effects survive a crash.

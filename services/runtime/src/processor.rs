@@ -3,8 +3,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, BusError, DecodeError, InboundRecord, Topics};
+use unicron_bus::BusError;
+use unicron_codec::schemas::AvroRecord;
+use unicron_codec::{AvroCodec, DecodeError, InboundRecord, Topics};
 
 use crate::error::RuntimeError;
 use crate::io::Positions;

@@ -2,7 +2,8 @@
 
 use std::future::Future;
 
-use unicron_bus::{Consumer, KafkaConfig, Producer, Topics};
+use unicron_bus::{Consumer, Producer};
+use unicron_codec::{KafkaConfig, Topics};
 
 use crate::driver::{Outputs, drive};
 use crate::error::RuntimeError;

@@ -1,7 +1,8 @@
 //! What one step may read and stage.
 
-use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, BusError, InboundRecord, Topics};
+use unicron_bus::BusError;
+use unicron_codec::schemas::AvroRecord;
+use unicron_codec::{AvroCodec, InboundRecord, Topics};
 use unicron_store::{Commit, OutboxEntry, Store, StoreError};
 
 /// The record being applied, read access to the service's store, and the

@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use unicron_bus::{Consumer, PlannerInputs, Topics};
+use unicron_bus::Consumer;
+use unicron_codec::{PlannerInputs, Topics};
 use unicron_runtime::Membership;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

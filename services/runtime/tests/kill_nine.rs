@@ -13,9 +13,8 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use unicron_bus::{
-    Consumer, DecodeError, EmbeddedBroker, InboundRecord, KafkaConfig, Producer, Subscription,
-};
+use unicron_bus::{Consumer, EmbeddedBroker, Producer};
+use unicron_codec::{DecodeError, InboundRecord, KafkaConfig, Subscription};
 use unicron_runtime::{
     Applied, Durability, Never, Processor, RuntimeOptions, StartFrom, Step, Store,
 };

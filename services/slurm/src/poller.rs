@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use unicron_bus::{AvroCodec, KafkaConfig, Producer, Topic, Topics};
+use unicron_bus::Producer;
+use unicron_codec::{AvroCodec, KafkaConfig, Topic, Topics};
 use unicron_core::ClusterEvent;
 
 use crate::cli::Slurm;

@@ -1,7 +1,7 @@
 //! Where `replay` and `explain` read the history from, as their arguments
 //! name it; reading it is `unicron_history`'s.
 
-use unicron_bus::KafkaConfig;
+use unicron_codec::KafkaConfig;
 use unicron_history::Origin;
 
 /// Where to read the history from, as `replay` and `explain` take it.

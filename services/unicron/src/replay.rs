@@ -39,7 +39,7 @@ pub struct ReplayArgs {
 
 fn parse_time(text: &str) -> Result<i64, String> {
     text.parse::<i64>()
-        .or_else(|_| unicron_bus::formats::time::rfc3339_ms(text))
+        .or_else(|_| unicron_codec::formats::time::rfc3339_ms(text))
         .map_err(|_| format!("`{text}` is neither RFC 3339 nor ms since the epoch"))
 }
 

@@ -1,8 +1,8 @@
 //! `unicron topics list|create`.
 
 use anyhow::{Context, bail};
-use unicron_bus::Topology;
 use unicron_bus::admin::ensure_topics;
+use unicron_codec::Topology;
 
 use crate::config::Config;
 

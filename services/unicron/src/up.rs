@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use unicron_bus::EmbeddedBroker;
 use unicron_bus::admin::{TopicReport, TopicStatus, ensure_topics};
-use unicron_bus::{EmbeddedBroker, Topology};
+use unicron_codec::Topology;
 use unicron_executor::{BackendSettings, ExecutorSettings, SimulatorSettings};
 use unicron_simulator::config::DEMO_MTBF_S;
 use unicron_simulator::{Arrivals, Progress, SimConfig, Summary};

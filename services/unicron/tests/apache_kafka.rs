@@ -290,7 +290,7 @@ max_isolations_per_hour = 100
     );
     let mut planners: Vec<Running> = ["p0", "p1", "p2"].iter().map(|n| planner(n)).collect();
 
-    let kafka = unicron_bus::KafkaConfig::default();
+    let kafka = unicron_codec::KafkaConfig::default();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let producer = unicron_bus::Producer::new(&kafka, &addr).unwrap();
     let clusters: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
@@ -308,7 +308,7 @@ max_isolations_per_hour = 100
                         "unicron.failures",
                         cluster,
                         &f,
-                        &unicron_bus::AvroCodec::default(),
+                        &unicron_codec::AvroCodec::default(),
                     )
                     .await
                     .unwrap();
@@ -332,7 +332,7 @@ max_isolations_per_hour = 100
                         "unicron.cluster",
                         cluster,
                         &event,
-                        &unicron_bus::AvroCodec::default(),
+                        &unicron_codec::AvroCodec::default(),
                     )
                     .await
                     .unwrap();

@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{now_ms, read, up_no_sim, wait_for};
-use unicron_bus::{AvroCodec, KafkaConfig, Producer, schemas::AvroRecord};
+use unicron_bus::Producer;
+use unicron_codec::{AvroCodec, KafkaConfig, schemas::AvroRecord};
 use unicron_core::*;
 
 const CLUSTER: &str = "c-bad";

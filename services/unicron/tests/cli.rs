@@ -642,8 +642,8 @@ fn up_answers_each_severity_with_its_action_once() {
 /// Copies the archive, with the nodes of the first command that has any
 /// replaced; returns that command's id.
 fn tamper_with_a_command(from: &std::path::Path, to: &std::path::Path) -> String {
-    use unicron_bus::archive::{self, ArchiveWriter, WriterOptions};
-    use unicron_bus::schemas::{AvroRecord, RecordType};
+    use unicron_codec::archive::{self, ArchiveWriter, WriterOptions};
+    use unicron_codec::schemas::{AvroRecord, RecordType};
     use unicron_core::*;
 
     fn copy<T: AvroRecord>(
@@ -652,10 +652,10 @@ fn tamper_with_a_command(from: &std::path::Path, to: &std::path::Path) -> String
         writer: &mut ArchiveWriter,
         alter: &mut dyn FnMut(&mut T) -> bool,
     ) {
-        let codec = unicron_bus::AvroCodec::<T>::default();
+        let codec = unicron_codec::AvroCodec::<T>::default();
         for mut a in archive::read::<T>(&file.path, record_type).unwrap() {
             alter(&mut a.record);
-            let raw = unicron_bus::InboundRecord {
+            let raw = unicron_codec::InboundRecord {
                 topic: a.topic,
                 partition: a.partition,
                 offset: a.offset,
@@ -668,7 +668,7 @@ fn tamper_with_a_command(from: &std::path::Path, to: &std::path::Path) -> String
         }
     }
 
-    let topology = unicron_bus::Topology::builtin();
+    let topology = unicron_codec::Topology::builtin();
     let mut writer = ArchiveWriter::open(to, WriterOptions::default()).unwrap();
     let mut changed: Option<String> = None;
     for file in archive::list(from).unwrap() {

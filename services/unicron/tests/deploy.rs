@@ -703,7 +703,7 @@ fn remote_write_block_keeps_what_the_detector_reads() {
     read.insert(unicron_core::detector::metric_rules::XID_COUNT.to_string());
     assert_eq!(regex_of("keep"), read, "the kept series");
     let labels = regex_of("labelkeep");
-    let map = unicron_bus::formats::LabelMap::default();
+    let map = unicron_codec::formats::LabelMap::default();
     for needed in [
         "__name__",
         "xid",

@@ -228,7 +228,7 @@ fn kubernetes_faults_are_acted_on_through_the_api_server() {
     // group committed it (on the embedded broker a group's first
     // assignment can take seconds, which would be counted to the fault).
     let producer =
-        unicron_bus::Producer::new(&unicron_bus::KafkaConfig::default(), &brokers).unwrap();
+        unicron_bus::Producer::new(&unicron_codec::KafkaConfig::default(), &brokers).unwrap();
     let benign = unicron_core::LogRecord {
         cluster: CLUSTER.into(),
         node: cluster.nodes()[0].clone(),
@@ -245,12 +245,12 @@ fn kubernetes_faults_are_acted_on_through_the_api_server() {
             "unicron.logs",
             &benign.node,
             &benign,
-            &unicron_bus::AvroCodec::default(),
+            &unicron_codec::AvroCodec::default(),
         ))
         .unwrap();
     kube.rt.block_on(
         unicron_bus::testing::GroupProgress::new(
-            &unicron_bus::KafkaConfig::default(),
+            &unicron_codec::KafkaConfig::default(),
             &brokers,
             "unicron-detector",
         )

@@ -153,11 +153,11 @@ impl Drop for Hosts {
     }
 }
 
-fn read<T: unicron_bus::schemas::AvroRecord>(brokers: &str, topic: &str) -> Vec<T> {
-    let codec = unicron_bus::AvroCodec::<T>::default();
-    let kafka = unicron_bus::KafkaConfig {
+fn read<T: unicron_codec::schemas::AvroRecord>(brokers: &str, topic: &str) -> Vec<T> {
+    let codec = unicron_codec::AvroCodec::<T>::default();
+    let kafka = unicron_codec::KafkaConfig {
         replication_factor: 1,
-        ..unicron_bus::KafkaConfig::default()
+        ..unicron_codec::KafkaConfig::default()
     };
     unicron_bus::whole_topic::read_topic(&kafka, brokers, topic)
         .unwrap_or_default()

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Running, now_ms, spawn_listening};
-use unicron_bus::KafkaConfig;
 use unicron_bus::consumer::InboundRecord;
+use unicron_codec::KafkaConfig;
 use unicron_core::{DetectorRound, FailureEvent, FailureKind, TelemetryBatch};
 use yaml_serde::Value as Yaml;
 
@@ -150,8 +150,8 @@ fn read_all(brokers: &str, topic: &str) -> Vec<InboundRecord> {
         .unwrap_or_else(|e| panic!("reading {topic}: {e}"))
 }
 
-fn decode<T: unicron_bus::schemas::AvroRecord>(records: &[InboundRecord]) -> Vec<T> {
-    let codec = unicron_bus::AvroCodec::<T>::default();
+fn decode<T: unicron_codec::schemas::AvroRecord>(records: &[InboundRecord]) -> Vec<T> {
+    let codec = unicron_codec::AvroCodec::<T>::default();
     records
         .iter()
         .map(|r| {

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use unicron_bus::KafkaConfig;
+use unicron_codec::KafkaConfig;
 
 use crate::procs::Service;
 

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use unicron_bus::whole_topic::read_topic;
-use unicron_bus::{AvroCodec, KafkaConfig, Topic, Topics};
+use unicron_codec::{AvroCodec, KafkaConfig, Topic, Topics};
 use unicron_core::{Command, CommandResult, CommandStatus};
 
 /// What the summary line reports.

@@ -12,8 +12,9 @@ use axum::{Json, Router};
 use futures::future::join_all;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, BusError, Consumer, KafkaConfig, Producer, Topic, Topics};
+use unicron_bus::{BusError, Consumer, Producer};
+use unicron_codec::schemas::AvroRecord;
+use unicron_codec::{AvroCodec, KafkaConfig, Topic, Topics};
 use unicron_core::FailureEvent;
 use unicron_core::executor::{ActionRequest, ActionResponse};
 

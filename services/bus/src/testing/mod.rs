@@ -8,23 +8,23 @@ pub mod kafka;
 
 use std::time::Duration;
 
-use crate::codec::AvroCodec;
 use crate::consumer::Consumer;
-use crate::schemas::AvroRecord;
+use unicron_codec::codec::AvroCodec;
+use unicron_codec::schemas::AvroRecord;
 
 /// An embedded broker with every topic of the topology, and a Kafka
 /// configuration for it whose consumer-group session is short: the
 /// embedded broker lets a group rebalance only after the old member's
 /// session expires, even after a clean leave.
-pub fn embedded_with_topics() -> (crate::EmbeddedBroker, crate::KafkaConfig) {
+pub fn embedded_with_topics() -> (crate::EmbeddedBroker, unicron_codec::KafkaConfig) {
     let broker = crate::EmbeddedBroker::start(1).expect("start the embedded broker");
-    let mut kafka = crate::KafkaConfig::default();
+    let mut kafka = unicron_codec::KafkaConfig::default();
     kafka.properties.insert(
         "session.timeout.ms".into(),
-        crate::config::PropertyValue::Int(6000),
+        unicron_codec::config::PropertyValue::Int(6000),
     );
     broker
-        .ensure_topics(&crate::Topology::builtin(), &kafka.topic_prefix)
+        .ensure_topics(&unicron_codec::Topology::builtin(), &kafka.topic_prefix)
         .expect("create the topics");
     (broker, kafka)
 }
@@ -51,7 +51,7 @@ pub struct GroupProgress {
 
 impl GroupProgress {
     /// For consumer group `group` on `brokers`.
-    pub fn new(config: &crate::KafkaConfig, brokers: &str, group: &str) -> GroupProgress {
+    pub fn new(config: &unicron_codec::KafkaConfig, brokers: &str, group: &str) -> GroupProgress {
         let mut client_config = crate::client::client_config(config, brokers);
         client_config.set("group.id", group);
         GroupProgress {

@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 
 use sampling::{Histogram, Sampler};
 use unicron_bus::testing::kafka::{KafkaCluster, KafkaOptions};
-use unicron_bus::{AvroCodec, Consumer, KafkaConfig, Producer};
+use unicron_bus::{Consumer, Producer};
+use unicron_codec::{AvroCodec, KafkaConfig};
 use unicron_core::signing::CommandSigner;
 use unicron_core::*;
 use unicron_planner::PlannerSettings;
@@ -222,11 +223,11 @@ fn embedded_config() -> KafkaConfig {
     let mut kafka = KafkaConfig::default();
     kafka.properties.insert(
         "session.timeout.ms".into(),
-        unicron_bus::config::PropertyValue::Int(6000),
+        unicron_codec::config::PropertyValue::Int(6000),
     );
     kafka.properties.insert(
         "fetch.wait.max.ms".into(),
-        unicron_bus::config::PropertyValue::Int(5),
+        unicron_codec::config::PropertyValue::Int(5),
     );
     kafka
 }
@@ -281,7 +282,7 @@ async fn bus(a: &Args) -> Bus {
         topic_prefix: format!("bench{}.", since_epoch.as_secs()),
         ..KafkaConfig::default()
     };
-    unicron_bus::admin::ensure_topics(&kafka, brokers, &unicron_bus::Topology::builtin())
+    unicron_bus::admin::ensure_topics(&kafka, brokers, &unicron_codec::Topology::builtin())
         .await
         .unwrap_or_else(|e| {
             eprintln!("--brokers {brokers}: cannot create the topics: {e}");
@@ -691,7 +692,7 @@ impl Measure {
         self.waiting.len()
     }
 
-    fn observe(&mut self, record: &unicron_bus::InboundRecord, commands_topic: &str) {
+    fn observe(&mut self, record: &unicron_codec::InboundRecord, commands_topic: &str) {
         if record.topic == commands_topic {
             let command = AvroCodec::<Command>::default()
                 .decode(&record.payload)

@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use unicron_bus::{AvroCodec, Consumer, InboundRecord, Producer};
+use unicron_bus::{Consumer, Producer};
+use unicron_codec::{AvroCodec, InboundRecord};
 use unicron_core::detector::correlate::is_symptom;
 use unicron_core::*;
 use unicron_detector::DetectorSettings;

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use unicron_bus::{AvroCodec, Consumer, Producer};
+use unicron_bus::{Consumer, Producer};
+use unicron_codec::AvroCodec;
 use unicron_core::*;
 
 use crate::sampling::Histogram;
@@ -234,7 +235,7 @@ pub async fn run(a: &Args, bus: &Bus, producer: &Producer) -> (serde_json::Value
     let mut killed_at = None;
     let mut max_lag = 0;
     let began = Instant::now();
-    let mut observe = |record: unicron_bus::InboundRecord,
+    let mut observe = |record: unicron_codec::InboundRecord,
                        waiting: &mut BTreeMap<String, (Instant, bool)>| {
         if let Ok(decision) = codec.decode(&record.payload)
             && let Some((at, after_kill)) = waiting.remove(&decision.trigger.ref_id)

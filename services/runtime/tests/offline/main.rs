@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use script::{Event, RecordingSink, ScriptedSource, record};
-use unicron_bus::{AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription};
+use unicron_codec::{AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription};
 use unicron_core::{DeadLetter, LogRecord};
 use unicron_runtime::{
     Act, Applied, Durability, Never, OnStop, Outputs, Processor, Published, RuntimeError,

@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
+use unicron_bus::BusError;
 use unicron_bus::producer::{Delivered, Outbound};
-use unicron_bus::{BusError, DecodeError, InboundRecord};
+use unicron_codec::{DecodeError, InboundRecord};
 use unicron_runtime::{Positions, Sink, Source};
 
 /// What the source hands the loop next.

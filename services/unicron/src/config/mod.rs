@@ -12,7 +12,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use unicron_archiver::ArchiverSettings;
-use unicron_bus::KafkaConfig;
+use unicron_codec::KafkaConfig;
 use unicron_detector::DetectorSettings;
 use unicron_executor::ExecutorSettings;
 use unicron_planner::PlannerSettings;
@@ -139,13 +139,13 @@ impl Config {
         if let Err((field, why)) = self.kafka.check_replication() {
             return bad(field, &why);
         }
-        let topology = unicron_bus::Topology::builtin();
+        let topology = unicron_codec::Topology::builtin();
         for (topic, &ms) in &self.kafka.retention_ms {
             let field = format!("kafka.retention_ms.{topic}");
             if topology.get(topic).is_none() {
                 return bad(&field, "no such topic in topology/topics.toml");
             }
-            if let Err(why) = unicron_bus::check_retention_ms(ms) {
+            if let Err(why) = unicron_codec::check_retention_ms(ms) {
                 return bad(&field, why);
             }
         }

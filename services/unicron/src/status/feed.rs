@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use unicron_bus::config::PropertyValue;
+use unicron_bus::Consumer;
 use unicron_bus::consumer::InboundRecord;
-use unicron_bus::{Consumer, KafkaConfig};
+use unicron_codec::KafkaConfig;
+use unicron_codec::config::PropertyValue;
 use unicron_core::status::{Read, Record, StatusView};
 use unicron_history::{Decoded, Decoder, ExplainIndex, Indexed};
 
@@ -121,7 +122,7 @@ fn apply(
 ) {
     let sources = decoder.source_topics();
     let rounds = decoder.names().rounds.clone();
-    let round_codec = unicron_bus::AvroCodec::<unicron_core::DetectorRound>::default();
+    let round_codec = unicron_codec::AvroCodec::<unicron_core::DetectorRound>::default();
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(first) = received.blocking_recv() {
         batch.push(first);

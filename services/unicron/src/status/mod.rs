@@ -22,7 +22,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
-use unicron_bus::KafkaConfig;
+use unicron_codec::KafkaConfig;
 use unicron_core::planner::PlannerConfig;
 use unicron_core::status::{ClusterSummary, ClusterView, Entry, INCIDENTS, Incident, StatusView};
 use unicron_history::{Chain, ExplainIndex, TopicNames};

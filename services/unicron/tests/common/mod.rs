@@ -53,9 +53,9 @@ pub fn spawn_listening(
 }
 
 /// Every record of `topic` that decodes as `T`, in partition order.
-pub fn read<T: unicron_bus::schemas::AvroRecord>(brokers: &str, topic: &str) -> Vec<T> {
-    let codec = unicron_bus::AvroCodec::<T>::default();
-    unicron_bus::whole_topic::read_topic(&unicron_bus::KafkaConfig::default(), brokers, topic)
+pub fn read<T: unicron_codec::schemas::AvroRecord>(brokers: &str, topic: &str) -> Vec<T> {
+    let codec = unicron_codec::AvroCodec::<T>::default();
+    unicron_bus::whole_topic::read_topic(&unicron_codec::KafkaConfig::default(), brokers, topic)
         .unwrap_or_default()
         .iter()
         .filter_map(|r| codec.decode(&r.payload).ok())

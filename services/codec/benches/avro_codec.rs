@@ -1,11 +1,11 @@
 //! Avro encode/decode rate of a TelemetryBatch of 64 samples, one core.
-//! `cargo bench -p unicron-bus --bench avro_codec`; criterion prints
+//! `cargo bench -p unicron-codec --bench avro_codec`; criterion prints
 //! records/s as "thrpt" (one element = one batch).
 
 use std::collections::BTreeMap;
 
 use criterion::{Criterion, Throughput, black_box, criterion_group, criterion_main};
-use unicron_bus::AvroCodec;
+use unicron_codec::AvroCodec;
 use unicron_core::{MetricSample, TelemetryBatch};
 
 /// A DCGM-like scrape of one node: 8 GPUs × 8 metrics.

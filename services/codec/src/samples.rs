@@ -1,7 +1,7 @@
 //! One filled-in instance of every record type, with every optional field
-//! set, and one with every optional field empty.
-
-#![allow(dead_code)]
+//! set, and one with every optional field empty: the fixtures of the
+//! codec's tests and of the crates that carry its records (feature
+//! `test-util`).
 
 use std::collections::BTreeMap;
 

@@ -5,7 +5,7 @@
 //! an older schema are read with the current one, and an independent Avro
 //! reader (Python fastavro) opens the files.
 
-mod common;
+use unicron_codec::samples;
 
 use std::fmt::Debug;
 use std::path::{Path, PathBuf};
@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 
 use apache_avro::types::Value;
 use apache_avro::{Codec, DeflateSettings, Schema, Writer};
-use unicron_bus::archive::{
+use unicron_codec::InboundRecord;
+use unicron_codec::archive::{
     self, Appended, ArchiveError, ArchiveWriter, Archived, Settled, WriterOptions,
 };
-use unicron_bus::consumer::InboundRecord;
-use unicron_bus::schemas::{AvroRecord, RecordType};
-use unicron_bus::{AvroCodec, DecodeError};
+use unicron_codec::schemas::{AvroRecord, RecordType};
+use unicron_codec::{AvroCodec, DecodeError};
 use unicron_core::{FailureEvent, LogRecord};
 
 /// The Kafka record that carries `value` at `offset`; keys and timestamps
@@ -48,7 +48,7 @@ fn expected<T: Clone>(record: &InboundRecord, value: &T) -> Archived<T> {
 }
 
 fn log_line(i: i64) -> LogRecord {
-    let mut log = common::log(i % 2 == 0);
+    let mut log = samples::log(i % 2 == 0);
     log.line = format!("{i}: {}", log.line);
     log.time_ms += i;
     log
@@ -119,43 +119,47 @@ fn every_record_type_round_trips_through_the_archive() {
     round_trip(
         d,
         "unicron.telemetry",
-        &[common::telemetry(true), common::telemetry(false)],
+        &[samples::telemetry(true), samples::telemetry(false)],
     );
-    round_trip(d, "unicron.logs", &[common::log(true), common::log(false)]);
+    round_trip(
+        d,
+        "unicron.logs",
+        &[samples::log(true), samples::log(false)],
+    );
     round_trip(
         d,
         "unicron.agent",
-        &[common::agent(true), common::agent(false)],
+        &[samples::agent(true), samples::agent(false)],
     );
     round_trip(
         d,
         "unicron.failures",
-        &[common::failure(true), common::failure(false)],
+        &[samples::failure(true), samples::failure(false)],
     );
     round_trip(
         d,
         "unicron.cluster",
-        &[common::cluster(true), common::cluster(false)],
+        &[samples::cluster(true), samples::cluster(false)],
     );
     round_trip(
         d,
         "unicron.decisions",
-        &[common::decision(true), common::decision(false)],
+        &[samples::decision(true), samples::decision(false)],
     );
     round_trip(
         d,
         "unicron.commands",
-        &[common::command(true), common::command(false)],
+        &[samples::command(true), samples::command(false)],
     );
     round_trip(
         d,
         "unicron.command-results",
-        &[common::result(true), common::result(false)],
+        &[samples::result(true), samples::result(false)],
     );
     round_trip(
         d,
         "unicron.dlq",
-        &[common::dead_letter(true), common::dead_letter(false)],
+        &[samples::dead_letter(true), samples::dead_letter(false)],
     );
     let topics: Vec<String> = archive::list(d)
         .unwrap()
@@ -226,7 +230,7 @@ fn age_rolls_close_files_open_too_long() {
     )
     .unwrap();
     for offset in 0..3 {
-        let record = inbound("unicron.failures", 0, offset, &common::failure(true));
+        let record = inbound("unicron.failures", 0, offset, &samples::failure(true));
         writer.append(&record, RecordType::FailureEvent).unwrap();
     }
     assert!(writer.roll_due(Instant::now()).unwrap().is_empty());
@@ -396,7 +400,7 @@ fn a_restarted_writer_skips_archived_offsets_and_refuses_another_log() {
     // A new log (a new embedded broker, a recreated topic) starts at 0 again
     // with other records: the directory is not silently mixed.
     let mut writer = ArchiveWriter::open(dir.path(), WriterOptions::default()).unwrap();
-    let other = inbound("unicron.logs", 4, 0, &common::log(false));
+    let other = inbound("unicron.logs", 4, 0, &samples::log(false));
     let err = writer.append(&other, RecordType::LogRecord).unwrap_err();
     assert!(
         matches!(err, ArchiveError::ForeignLog { offset: 0, .. }),
@@ -442,7 +446,7 @@ fn read_topic_gives_each_offset_once_when_files_overlap() {
 #[test]
 fn reading_a_file_as_another_record_type_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    round_trip(dir.path(), "unicron.logs", &[common::log(true)]);
+    round_trip(dir.path(), "unicron.logs", &[samples::log(true)]);
     let path = archive::list(dir.path()).unwrap().remove(0).path;
     let err = archive::read::<FailureEvent>(&path, RecordType::FailureEvent).unwrap_err();
     assert!(
@@ -504,7 +508,7 @@ fn a_file_written_with_an_older_schema_is_read_with_the_current_one() {
             .codec(Codec::Deflate(DeflateSettings::default()))
             .build();
         for (offset, full) in [(7, true), (8, false)] {
-            let failure = common::failure(full);
+            let failure = samples::failure(full);
             let record = inbound("unicron.failures", 0, offset, &failure);
             let current = apache_avro::to_value(expected(&record, &failure)).unwrap();
             // The old writer had no `rule` to write.
@@ -530,7 +534,7 @@ fn a_file_written_with_an_older_schema_is_read_with_the_current_one() {
         writer.flush().unwrap();
     }
     assert_eq!(want[0].record.rule, None);
-    assert!(common::failure(true).rule.is_some());
+    assert!(samples::failure(true).rule.is_some());
 
     let reader = apache_avro::Reader::new(std::fs::File::open(&path).unwrap()).unwrap();
     assert_eq!(reader.writer_schema(), &old_entry);
@@ -595,16 +599,20 @@ fn an_independent_avro_reader_opens_the_files() {
                 d,
                 "unicron.telemetry",
                 &[
-                    common::telemetry(true),
-                    common::telemetry(false),
-                    common::telemetry(true),
+                    samples::telemetry(true),
+                    samples::telemetry(false),
+                    samples::telemetry(true),
                 ],
             ),
         ),
         (
             RecordType::LogRecord,
             2,
-            write_one_file(d, "unicron.logs", &[common::log(true), common::log(false)]),
+            write_one_file(
+                d,
+                "unicron.logs",
+                &[samples::log(true), samples::log(false)],
+            ),
         ),
         (
             RecordType::AgentEvent,
@@ -612,7 +620,7 @@ fn an_independent_avro_reader_opens_the_files() {
             write_one_file(
                 d,
                 "unicron.agent",
-                &[common::agent(true), common::agent(false)],
+                &[samples::agent(true), samples::agent(false)],
             ),
         ),
         (
@@ -621,7 +629,7 @@ fn an_independent_avro_reader_opens_the_files() {
             write_one_file(
                 d,
                 "unicron.failures",
-                &[common::failure(true), common::failure(false)],
+                &[samples::failure(true), samples::failure(false)],
             ),
         ),
         (
@@ -630,7 +638,7 @@ fn an_independent_avro_reader_opens_the_files() {
             write_one_file(
                 d,
                 "unicron.cluster",
-                &[common::cluster(true), common::cluster(false)],
+                &[samples::cluster(true), samples::cluster(false)],
             ),
         ),
         (
@@ -639,7 +647,7 @@ fn an_independent_avro_reader_opens_the_files() {
             write_one_file(
                 d,
                 "unicron.decisions",
-                &[common::decision(true), common::decision(false)],
+                &[samples::decision(true), samples::decision(false)],
             ),
         ),
         (
@@ -648,7 +656,7 @@ fn an_independent_avro_reader_opens_the_files() {
             write_one_file(
                 d,
                 "unicron.commands",
-                &[common::command(true), common::command(false)],
+                &[samples::command(true), samples::command(false)],
             ),
         ),
         (
@@ -657,7 +665,7 @@ fn an_independent_avro_reader_opens_the_files() {
             write_one_file(
                 d,
                 "unicron.command-results",
-                &[common::result(true), common::result(false)],
+                &[samples::result(true), samples::result(false)],
             ),
         ),
         (
@@ -666,7 +674,7 @@ fn an_independent_avro_reader_opens_the_files() {
             write_one_file(
                 d,
                 "unicron.dlq",
-                &[common::dead_letter(true), common::dead_letter(false)],
+                &[samples::dead_letter(true), samples::dead_letter(false)],
             ),
         ),
     ];

@@ -2,13 +2,13 @@
 //! readable by the previous version's readers (and the reverse), and bad
 //! bytes give errors, never panics.
 
-mod common;
+use unicron_codec::samples;
 
 use apache_avro::Schema;
 use apache_avro::schema_compatibility::SchemaCompatibility;
 use proptest::prelude::*;
-use unicron_bus::schemas::{AvroRecord, RecordType};
-use unicron_bus::{AvroCodec, DecodeError, Framing};
+use unicron_codec::schemas::{AvroRecord, RecordType};
+use unicron_codec::{AvroCodec, DecodeError, Framing};
 use unicron_core::{FailureKind, LogRecord};
 
 fn round_trip<T: AvroRecord + PartialEq + std::fmt::Debug>(record: T) {
@@ -37,17 +37,17 @@ fn round_trip<T: AvroRecord + PartialEq + std::fmt::Debug>(record: T) {
 #[test]
 fn every_record_type_round_trips_through_its_schema() {
     for full in [true, false] {
-        round_trip(common::telemetry(full));
-        round_trip(common::log(full));
-        round_trip(common::agent(full));
-        round_trip(common::failure(full));
-        round_trip(common::cluster(full));
-        round_trip(common::decision(full));
-        round_trip(common::command(full));
-        round_trip(common::result(full));
-        round_trip(common::dead_letter(full));
-        round_trip(common::checkpoint(full));
-        round_trip(common::round(full));
+        round_trip(samples::telemetry(full));
+        round_trip(samples::log(full));
+        round_trip(samples::agent(full));
+        round_trip(samples::failure(full));
+        round_trip(samples::cluster(full));
+        round_trip(samples::decision(full));
+        round_trip(samples::command(full));
+        round_trip(samples::result(full));
+        round_trip(samples::dead_letter(full));
+        round_trip(samples::checkpoint(full));
+        round_trip(samples::round(full));
     }
 }
 
@@ -56,7 +56,7 @@ fn every_record_type_round_trips_through_its_schema() {
 #[test]
 fn direct_encoding_is_byte_deterministic() {
     let codec = AvroCodec::<unicron_core::Decision>::default();
-    let mut decision = common::decision(true);
+    let mut decision = samples::decision(true);
     for job in ["z", "a", "m", "b", "y", "c"] {
         decision.alternatives[0]
             .allocation
@@ -236,7 +236,7 @@ fn record_from_an_older_writer_resolves_with_defaults() {
 
 #[test]
 fn confluent_framing_is_checked() {
-    let record = common::log(false);
+    let record = samples::log(false);
     let codec = AvroCodec::<LogRecord>::new(Framing::Confluent { schema_id: 42 });
     let mut bytes = codec.encode(&record).unwrap();
     assert_eq!(&bytes[..5], &[0, 0, 0, 0, 42]);
@@ -254,7 +254,7 @@ fn confluent_framing_is_checked() {
 #[test]
 fn trailing_bytes_are_an_error() {
     let codec = AvroCodec::<LogRecord>::default();
-    let mut bytes = codec.encode(&common::log(true)).unwrap();
+    let mut bytes = codec.encode(&samples::log(true)).unwrap();
     bytes.extend_from_slice(b"junk");
     assert!(matches!(
         codec.decode(&bytes),
@@ -284,7 +284,7 @@ proptest! {
     #[test]
     fn corrupted_records_never_panic(at in 0usize..200, byte in any::<u8>()) {
         let codec = AvroCodec::<LogRecord>::default();
-        let mut bytes = codec.encode(&common::log(true)).unwrap();
+        let mut bytes = codec.encode(&samples::log(true)).unwrap();
         let at = at % bytes.len();
         bytes[at] = byte;
         let _ = codec.decode(&bytes);

@@ -35,9 +35,9 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use prost::Message;
 use serde_json::{Value, json};
-use unicron_bus::formats::{self, ExternalInput, InputFormat, LabelMap, Signal};
-use unicron_bus::schemas::AvroRecord;
-use unicron_bus::{AvroCodec, Framing};
+use unicron_codec::formats::{self, ExternalInput, InputFormat, LabelMap, Signal};
+use unicron_codec::schemas::AvroRecord;
+use unicron_codec::{AvroCodec, Framing};
 use unicron_core::*;
 
 // ---------------------------------------------------------------------------
@@ -702,7 +702,7 @@ fn check_direct_agrees<T: AvroRecord + Debug>(
         Framing::Confluent { .. } if bytes.len() >= 5 => &bytes[5..],
         Framing::Confluent { .. } => return Ok(()),
     };
-    let (direct, usage) = measured(|| unicron_bus::schemas::decode_datum::<T>(datum));
+    let (direct, usage) = measured(|| unicron_codec::schemas::decode_datum::<T>(datum));
     check_memory("direct decoder", datum.len(), usage)?;
     if let Some(direct) = direct {
         let reference = AvroCodec::<T>::default().decode_written_by(T::RECORD.schema(), datum);
