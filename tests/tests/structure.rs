@@ -33,7 +33,7 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 /// The `src` directories of the workspace's crates.
 fn crate_sources() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for parent in ["services", "tools"] {
+    for parent in ["crates", "services", "tools"] {
         let mut dirs: Vec<_> = std::fs::read_dir(repo().join(parent))
             .unwrap()
             .flatten()
@@ -202,7 +202,7 @@ fn reading_an_archive_links_no_kafka_client() {
             .parse()
             .unwrap()
     };
-    let codec = manifest("services/codec/Cargo.toml");
+    let codec = manifest("crates/codec/Cargo.toml");
     let deps = codec["dependencies"].as_table().unwrap();
     for kafka in ["rdkafka", "unicron-bus", "unicron-store"] {
         assert!(
@@ -210,7 +210,7 @@ fn reading_an_archive_links_no_kafka_client() {
             "unicron-codec depends on {kafka}"
         );
     }
-    let history = manifest("services/history/Cargo.toml");
+    let history = manifest("crates/history/Cargo.toml");
     let bus = &history["dependencies"]["unicron-bus"];
     assert_eq!(bus.get("optional").and_then(|v| v.as_bool()), Some(true));
     assert!(

@@ -27,7 +27,7 @@
 #
 # Defaults: 100 clusters x 1,024 GPUs, 16 jobs each, 10x the paper rate,
 # x10 speed, 2 minutes. Prints one JSON object
-# (services/planner/benches/clusters/main.rs says what each field measures)
+# (tests/benches/clusters/main.rs says what each field measures)
 # and exits 1 if any failure produced was never answered.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,9 +49,9 @@ if [ -n "${planners:-}" ]; then
 fi
 
 if [ -n "$broker_process" ]; then
-  cargo bench -q -p unicron-planner --bench clusters --no-run
+  cargo bench -q -p unicron-tests --bench clusters --no-run
   work="$(mktemp -d)"
-  cargo bench -q -p unicron-planner --bench clusters -- --serve-broker >"$work/broker" 2>&1 &
+  cargo bench -q -p unicron-tests --bench clusters -- --serve-broker >"$work/broker" 2>&1 &
   cargo_pid=$!
   trap 'kill "$(awk "{print \$4}" "$work/broker")" 2>/dev/null; wait "$cargo_pid" 2>/dev/null; rm -rf "$work"' EXIT
   for _ in $(seq 1 300); do
@@ -60,9 +60,9 @@ if [ -n "$broker_process" ]; then
   done
   read -r _ address _ pid <"$work/broker"
   echo "embedded broker in process $pid on $address" >&2
-  cargo bench -q -p unicron-planner --bench clusters -- \
+  cargo bench -q -p unicron-tests --bench clusters -- \
     --brokers "$address" --mock-broker --broker-pid "$pid" "${args[@]}"
   exit
 fi
 
-exec cargo bench -q -p unicron-planner --bench clusters -- "${args[@]}"
+exec cargo bench -q -p unicron-tests --bench clusters -- "${args[@]}"

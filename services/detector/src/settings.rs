@@ -13,7 +13,7 @@ pub struct DetectorSettings {
     /// Consumer group shared by detector instances.
     pub group_id: String,
     /// A TOML rules file layered over the built-in rules (same format as
-    /// `services/core/rules/log_rules.toml`).
+    /// `crates/core/rules/log_rules.toml`).
     pub rules_file: Option<PathBuf>,
     /// External topics and their formats. The default reads the
     /// OpenTelemetry Collector's `otlp_metrics` and `otlp_logs` when they exist.

@@ -22,7 +22,7 @@ const TOPIC: &str = "rsyslog";
 /// The node rsyslog reports (its `localHostname`).
 const NODE: &str = "gpu-node-17";
 
-/// Real lines (from the corpus in services/core/tests/corpus/) a rank or
+/// Real lines (from the corpus in crates/core/tests/corpus/) a rank or
 /// the launcher writes, and the kind each must become.
 const LINES: [(&str, FailureKind); 5] = [
     (

@@ -227,7 +227,7 @@ fn registry() -> BTreeMap<String, Kind> {
 /// The non-test Rust source of the services and tools, by path.
 fn sources() -> Vec<(String, String)> {
     let mut sources = Vec::new();
-    for root in ["services", "tools"] {
+    for root in ["crates", "services", "tools"] {
         for file in files_under(root, &[".rs"]) {
             // Test code may name metrics it only reads.
             if file.contains("/tests/") || file.contains("/benches/") {
@@ -456,11 +456,11 @@ fn every_exported_metric_is_documented() {
 #[test]
 fn durations_are_queried_as_summaries() {
     // The exporter renders histograms as summaries only while no buckets are set.
-    let exporter = read("services/bus/src/metrics.rs");
+    let exporter = read("crates/bus/src/metrics.rs");
     for configures_buckets in ["set_buckets", "set_buckets_for_metric"] {
         assert!(
             !exporter.contains(configures_buckets),
-            "services/bus/src/metrics.rs sets histogram buckets: durations now have _bucket \
+            "crates/bus/src/metrics.rs sets histogram buckets: durations now have _bucket \
              series; update docs/metrics.md, the dashboard, the rules and this test"
         );
     }

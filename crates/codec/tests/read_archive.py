@@ -7,7 +7,7 @@ shares nothing with the Rust writer, and prints one JSON line per file:
      "codec": <avro.codec>, "topic": <unicron.topic>, "record": <unicron.record>}
 
 Usage: python3 read_archive.py FILE.avro [FILE.avro ...]
-The archive test in services/codec/tests/archive.rs runs it (docs/archive.md).
+The archive test in crates/codec/tests/archive.rs runs it (docs/archive.md).
 """
 
 import json

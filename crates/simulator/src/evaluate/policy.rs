@@ -59,7 +59,7 @@ pub const STATE_BYTES_PER_PARAMETER: f64 = 16.0;
 
 /// Oobleck, GPT-3 6.7B: a lost node costs a 10 s re-instantiation of its
 /// pipelines (Oobleck's SOSP '23 artifact, branch `sosp23-artifact`,
-/// `tools/simulator/oobleck_simulator.py` L307
+/// `crates/simulator/oobleck_simulator.py` L307
 /// `local_rendezvous_timeout_delta = 10_000`, global 0 at L207).
 pub const OOBLECK_RECONFIGURE_S: f64 = 10.0;
 /// Varuna, GPT-3 6.7B: every lost node is a fatal failure and a restart of

@@ -23,7 +23,8 @@ pub use categories::{FoundBy, Reading};
 use crate::faults::{TraceEntry, TraceError};
 
 /// The InfiniteHBD trace, built in so an evaluation runs from anywhere.
-const INFINITEHBD_JSON: &str = include_str!("../../../traces/infinitehbd/fault_trace.json");
+const INFINITEHBD_JSON: &str =
+    include_str!("../../../../tools/traces/infinitehbd/fault_trace.json");
 
 /// One fault of a real trace.
 #[derive(Debug, Clone, PartialEq)]

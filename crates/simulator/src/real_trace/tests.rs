@@ -175,7 +175,7 @@ fn a_day_of_the_trace_starts_at_zero() {
 #[test]
 fn a_simulated_cluster_replays_a_day_of_the_trace_file() {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../traces/infinitehbd/fault_trace.json");
+        .join("../../tools/traces/infinitehbd/fault_trace.json");
     let mut config = crate::config::SimConfig {
         nodes: 16,
         trace: Some(file.clone()),
