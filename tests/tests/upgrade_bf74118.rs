@@ -18,7 +18,7 @@ use unicron_store::{Store, StoreOptions};
 // The executor keeps its dedupe encoding private; compiling its source here
 // tests the decoding the executor itself runs.
 #[allow(dead_code)]
-#[path = "../../services/executor/src/dedupe.rs"]
+#[path = "../../crates/commands/src/dedupe.rs"]
 mod dedupe;
 
 /// What the old run recorded: one cluster, `sim`.

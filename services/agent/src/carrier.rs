@@ -1,14 +1,14 @@
-//! The agent as the carrier of the executor's command protocol: the gate,
-//! dedupe and results are the executor's; what a command does to this
+//! The agent as a carrier of the command protocol (`unicron-commands`):
+//! the gate, dedupe and results are the protocol's; what a command does to this
 //! node's workers is `unicron_core::agent`'s decision.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::Mutex;
+use unicron_commands::{Carrier, Done, Outcome, Part};
 use unicron_core::Command;
 use unicron_core::agent::{self, AgentStep};
-use unicron_executor::{Carrier, Done, Outcome, Part};
 
 use crate::settings::AgentSettings;
 use crate::supervisor::Supervisor;

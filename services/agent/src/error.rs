@@ -1,5 +1,4 @@
 use unicron_bus::BusError;
-use unicron_executor::ExecutorError;
 use unicron_runtime::RuntimeError;
 
 /// Errors that stop the agent. Commands it cannot carry out never do:
@@ -8,8 +7,6 @@ use unicron_runtime::RuntimeError;
 pub enum AgentError {
     #[error("{0}")]
     Config(String),
-    #[error(transparent)]
-    Commands(#[from] ExecutorError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
     #[error("i/o: {0}")]

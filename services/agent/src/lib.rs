@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use unicron_bus::Producer;
 use unicron_codec::{KafkaConfig, Subscription, Topic};
-use unicron_executor::CommandProcessor;
+use unicron_commands::CommandProcessor;
 use unicron_runtime::{Durability, RuntimeError, RuntimeOptions, StartFrom};
 use unicron_store::{Store, StoreOptions};
 
@@ -57,7 +57,7 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     settings.validate()?;
     unicron_bus::metrics::describe_all(METRICS);
-    let gate = unicron_executor::gate(
+    let gate = unicron_commands::gate(
         "agent",
         &settings.cluster,
         &settings.public_keys,

@@ -10,11 +10,5 @@ pub(crate) fn config(message: impl Into<String>) -> ExecutorError {
 
 /// Positive and finite, and small enough to be a `Duration`.
 pub(crate) fn seconds(field: &str, value: f64) -> Result<(), ExecutorError> {
-    if value.is_finite() && value > 0.0 && value < 1e12 {
-        Ok(())
-    } else {
-        Err(config(format!(
-            "{field}: must be a positive number of seconds, not {value}"
-        )))
-    }
+    unicron_commands::seconds(field, value).map_err(|e| config(e.0))
 }

@@ -1,12 +1,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 use unicron_core::executor::{Backoff, Gate};
 
 use crate::backend::BackendSettings;
-use crate::check::{config, seconds};
+use crate::check::config;
 use crate::error::ExecutorError;
 
 /// The `[executor]` section of the configuration.
@@ -67,12 +66,13 @@ impl ExecutorSettings {
 
     /// The gate for this cluster, trusting `public_keys`.
     pub fn gate(&self) -> Result<Gate, ExecutorError> {
-        gate(
+        unicron_commands::gate(
             "executor",
             &self.cluster,
             &self.public_keys,
             self.command_ttl_s,
         )
+        .map_err(|e| config(e.to_string()))
     }
 
     /// The settings checked once, into the gate the executor runs with
@@ -128,36 +128,6 @@ impl ExecutorSettings {
         }
         Ok(gate)
     }
-}
-
-/// The gate of `cluster` trusting `public_keys` (key id → hex), commands
-/// expiring after `command_ttl_s`: what the executor and each agent check
-/// commands with. Errors name the field under `section` (`executor`,
-/// `agent`).
-pub fn gate(
-    section: &str,
-    cluster: &str,
-    public_keys: &BTreeMap<String, String>,
-    command_ttl_s: f64,
-) -> Result<Gate, ExecutorError> {
-    let mut keys = BTreeMap::new();
-    for (id, text) in public_keys {
-        keys.insert(
-            id.clone(),
-            parse_key(text).map_err(|e| config(format!("{section}.public_keys.{id}: {e}")))?,
-        );
-    }
-    seconds(&format!("{section}.command_ttl_s"), command_ttl_s)?;
-    let ttl_ms = (command_ttl_s * 1000.0).round() as i64;
-    Ok(Gate::new(cluster.to_string(), keys, ttl_ms))
-}
-
-fn parse_key(text: &str) -> Result<VerifyingKey, &'static str> {
-    let bytes: [u8; 32] = hex::decode(text.trim())
-        .ok()
-        .and_then(|b| b.try_into().ok())
-        .ok_or("not 64 hex digits")?;
-    VerifyingKey::from_bytes(&bytes).map_err(|_| "not an Ed25519 public key")
 }
 
 #[cfg(test)]

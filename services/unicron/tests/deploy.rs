@@ -200,8 +200,9 @@ impl From<MetricKind> for Kind {
 }
 
 /// Every crate's registry: the metrics it declares and records.
-const REGISTRIES: [(&str, &[Metric]); 9] = [
+const REGISTRIES: [(&str, &[Metric]); 10] = [
     ("unicron-bus", unicron_bus::metrics::METRICS),
+    ("unicron-commands", unicron_commands::METRICS),
     ("unicron-detector", unicron_detector::METRICS),
     ("unicron-planner", unicron_planner::METRICS),
     ("unicron-executor", unicron_executor::METRICS),

@@ -723,7 +723,8 @@ fn command(action: CommandAction, node: &str, job: Option<&str>) -> Cmd {
 fn the_slurm_backend_answers_bad_input_with_reasons() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     use unicron_core::executor::Backoff;
-    use unicron_executor::{Backend, BackendSettings, Outcome, SlurmSettings};
+    use unicron_core::executor::Outcome;
+    use unicron_executor::{Backend, BackendSettings, SlurmSettings};
     let tmp = TestDir::new();
     let mut slurm = SlurmCluster::start(tmp.path());
     let conf = slurm.conf.clone();

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use unicron_commands::Done;
 use unicron_core::executor::{Backoff, Outcome, Part};
 use unicron_core::{Command, CommandAction};
 
@@ -67,18 +68,6 @@ pub(crate) fn beside_agents(command: &Command) -> Part {
 
 /// Bytes of a backend's error text (HTTP body, stderr) kept in a reason.
 const REASON_TAIL_BYTES: usize = 512;
-
-/// A backend's final word on one command.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Done {
-    pub outcome: Outcome,
-    pub reason: Option<String>,
-    /// The backend's duration if it gave one, else the time from the first
-    /// attempt to the final answer.
-    pub duration_ms: i64,
-    /// Event time the backend says the action completed.
-    pub completed_ms: Option<i64>,
-}
 
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

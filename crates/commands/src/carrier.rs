@@ -3,10 +3,9 @@
 use std::future::Future;
 
 use unicron_core::Command;
+use unicron_core::executor::Outcome;
 
 pub use unicron_core::executor::Part;
-
-use crate::backend::Done;
 
 /// Carries out commands that passed the gate.
 pub trait Carrier: Send {
@@ -21,4 +20,16 @@ pub trait Carrier: Send {
     fn node(&self) -> Option<&str> {
         None
     }
+}
+
+/// A carrier's final word on one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    /// The backend's duration if it gave one, else the time from the first
+    /// attempt to the final answer.
+    pub duration_ms: i64,
+    /// Event time the backend says the action completed.
+    pub completed_ms: Option<i64>,
 }
