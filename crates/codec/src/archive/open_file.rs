@@ -13,10 +13,17 @@ use serde::Serialize;
 
 use super::entry::{EntryRef, META_PARTITION, META_RECORD, META_TOPIC, entry_schema};
 use super::layout::{ArchiveFile, file_name, part_name};
-use super::writer::ClosedFile;
 use super::{ArchiveError, file_error};
 use crate::record::InboundRecord;
 use crate::schemas::RecordType;
+
+/// A file the writer closed (renamed from `.part`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedFile {
+    pub file: ArchiveFile,
+    pub records: u64,
+    pub bytes: u64,
+}
 
 /// Counts the bytes written through it.
 struct Counted<W> {

@@ -14,7 +14,7 @@ use unicron_core::{
 
 use super::entry::EntryRef;
 use super::layout::{ArchiveFile, check_topic, list, remove_partial};
-use super::open_file::OpenFile;
+use super::open_file::{ClosedFile, OpenFile};
 use super::reader::read;
 use super::{ArchiveError, file_error};
 use crate::codec::{AvroCodec, DecodeError};
@@ -59,14 +59,6 @@ impl WriterOptions {
     fn block_size(&self) -> usize {
         (self.max_file_bytes / 4).clamp(1024, 256 * 1024) as usize
     }
-}
-
-/// A file the writer closed (renamed from `.part`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClosedFile {
-    pub file: ArchiveFile,
-    pub records: u64,
-    pub bytes: u64,
 }
 
 /// Every record of `partition` up to and including offset `through` is

@@ -8,9 +8,7 @@
 //! step; otherwise the job falls back to its disk checkpoint, and the
 //! command says why.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 
 use super::state::ClusterState;
 use crate::records::{RankSource, SnapshotHeld, SnapshotPeer, SnapshotPlan};
@@ -18,21 +16,6 @@ use crate::records::{RankSource, SnapshotHeld, SnapshotPeer, SnapshotPlan};
 /// Snapshots an agent keeps per rank it holds: the newest and the one
 /// before it (a rank killed while saving leaves the one before).
 pub const KEPT: usize = 2;
-
-/// The snapshots of one job the planner knows of.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct JobSnapshots {
-    /// Ranks per node of the generation that wrote them.
-    pub local_world: i32,
-    /// rank → holder node → steps held, oldest first.
-    pub held: BTreeMap<i32, BTreeMap<String, Vec<i64>>>,
-}
-
-impl JobSnapshots {
-    pub fn is_empty(&self) -> bool {
-        self.held.is_empty()
-    }
-}
 
 /// Notes snapshots `holder` reports. Reports of a generation older than the
 /// job's newest start are ignored: that start chose its step already, and
@@ -252,7 +235,7 @@ fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::state::{Health, Job, JobStatus, Node};
+    use crate::planner::state::{Health, Job, JobSnapshots, JobStatus, Node};
     use crate::records::JobSpec;
 
     fn state() -> ClusterState {
@@ -288,7 +271,7 @@ mod tests {
                 generation: 1,
                 restarts: 0,
                 snapshots: JobSnapshots::default(),
-                restore_costs: BTreeMap::new(),
+                restore_costs: std::collections::BTreeMap::new(),
                 failure_starts: Default::default(),
             },
         );

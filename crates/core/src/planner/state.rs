@@ -8,8 +8,22 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeSet;
 
-use super::snapshots::JobSnapshots;
 use crate::records::{AgentLaunch, CommandAction, FailureKind, JobSpec, Severity};
+
+/// The snapshots of one job the planner knows of.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct JobSnapshots {
+    /// Ranks per node of the generation that wrote them.
+    pub local_world: i32,
+    /// rank → holder node → steps held, oldest first.
+    pub held: BTreeMap<i32, BTreeMap<String, Vec<i64>>>,
+}
+
+impl JobSnapshots {
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
 
 /// A node's health as the planner tracks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

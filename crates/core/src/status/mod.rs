@@ -26,19 +26,19 @@ mod incident;
 mod incident_log;
 mod shadow;
 mod timeline;
+mod waf;
 
 #[cfg(test)]
 mod tests;
 
-pub use clusters::{
-    ClusterSummary, ClusterView, FailureMark, JobCounts, JobView, NodeCounts, NodeStatus, WafPoint,
-};
+pub use clusters::{ClusterSummary, ClusterView, JobCounts, NodeCounts, NodeStatus};
 pub use incident::{
     CHAIN, ChainCommand, ChainDecision, ChainResult, CommandOutcome, Incident, IncidentState,
 };
 pub use incident_log::{INCIDENTS, INCIDENTS_PER_CLUSTER, IncidentLog, PENDING_PARTS, UNLINKED};
 pub use shadow::{MAX_WAITING, PENDING_INPUTS, SERIES};
 pub use timeline::{Entry, EntryKind, TIMELINE};
+pub use waf::{FailureMark, JobView, WafPoint};
 
 use detectors::DetectorRounds;
 use display::{command_summary, decision_summary, failure_summary, result_summary};

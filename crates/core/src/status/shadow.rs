@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use super::clusters::{FailureMark, WafPoint, chosen_waf, cluster_waf};
+use super::waf::{FailureMark, WafPoint, chosen_waf, cluster_waf};
 use crate::planner::{ClusterState, Input, InputEvent, Planner, PlannerConfig};
 use crate::records::{Decision, FailureEvent};
 use crate::replay::CatchUp;
