@@ -14,6 +14,7 @@ mod error;
 pub mod formats;
 pub mod planner_input;
 mod record;
+mod record_types;
 #[cfg(any(test, feature = "test-util"))]
 pub mod samples;
 pub mod schemas;
@@ -25,5 +26,6 @@ pub use config::KafkaConfig;
 pub use error::CodecError;
 pub use planner_input::PlannerInputs;
 pub use record::InboundRecord;
+pub use record_types::ForRecord;
 pub use topic::{Subscription, Topic, Topics};
 pub use topology::{TopicSpec, Topology, check_retention_ms};

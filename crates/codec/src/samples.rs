@@ -7,6 +7,33 @@ use std::collections::BTreeMap;
 
 use unicron_core::*;
 
+use crate::schemas::{AvroRecord, RecordType};
+use crate::{AvroCodec, Framing};
+
+/// The sample of `record`, as raw Avro bytes. The match has an arm per
+/// record type, so a new type does not build until it has a sample, and
+/// every test that walks `RecordType::ALL` covers it.
+pub fn encoded(record: RecordType, full: bool) -> Vec<u8> {
+    fn raw<T: AvroRecord>(value: T) -> Vec<u8> {
+        AvroCodec::<T>::new(Framing::Raw)
+            .encode(&value)
+            .expect("a sample encodes")
+    }
+    match record {
+        RecordType::TelemetryBatch => raw(telemetry(full)),
+        RecordType::LogRecord => raw(log(full)),
+        RecordType::AgentEvent => raw(agent(full)),
+        RecordType::FailureEvent => raw(failure(full)),
+        RecordType::ClusterEvent => raw(cluster(full)),
+        RecordType::Decision => raw(decision(full)),
+        RecordType::Command => raw(command(full)),
+        RecordType::CommandResult => raw(result(full)),
+        RecordType::DeadLetter => raw(dead_letter(full)),
+        RecordType::PlannerCheckpoint => raw(checkpoint(full)),
+        RecordType::DetectorRound => raw(round(full)),
+    }
+}
+
 pub fn telemetry(full: bool) -> TelemetryBatch {
     let labels: BTreeMap<String, String> = if full {
         [("Hostname", "node-3"), ("UUID", "GPU-1a2b")]

@@ -4,91 +4,11 @@
 //! ours or a site's own topic named in configuration.
 
 use crate::config::KafkaConfig;
-use crate::schemas::{AvroRecord, RecordType};
+use crate::schemas::AvroRecord;
 
-/// A topic of the topology (`topology/topics.toml`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Topic {
-    Telemetry,
-    Logs,
-    Agent,
-    Failures,
-    Cluster,
-    Decisions,
-    Commands,
-    CommandResults,
-    Dlq,
-    PlannerCheckpoints,
-    DetectorRounds,
-}
+pub use crate::record_types::Topic;
 
 impl Topic {
-    pub const ALL: [Topic; 11] = [
-        Topic::Telemetry,
-        Topic::Logs,
-        Topic::Agent,
-        Topic::Failures,
-        Topic::Cluster,
-        Topic::Decisions,
-        Topic::Commands,
-        Topic::CommandResults,
-        Topic::Dlq,
-        Topic::PlannerCheckpoints,
-        Topic::DetectorRounds,
-    ];
-
-    /// The name without the prefix, as in `topology/topics.toml`.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Topic::Telemetry => "telemetry",
-            Topic::Logs => "logs",
-            Topic::Agent => "agent",
-            Topic::Failures => "failures",
-            Topic::Cluster => "cluster",
-            Topic::Decisions => "decisions",
-            Topic::Commands => "commands",
-            Topic::CommandResults => "command-results",
-            Topic::Dlq => "dlq",
-            Topic::PlannerCheckpoints => "planner-checkpoints",
-            Topic::DetectorRounds => "detector-rounds",
-        }
-    }
-
-    /// The one record type the topic carries.
-    pub fn record(self) -> RecordType {
-        match self {
-            Topic::Telemetry => RecordType::TelemetryBatch,
-            Topic::Logs => RecordType::LogRecord,
-            Topic::Agent => RecordType::AgentEvent,
-            Topic::Failures => RecordType::FailureEvent,
-            Topic::Cluster => RecordType::ClusterEvent,
-            Topic::Decisions => RecordType::Decision,
-            Topic::Commands => RecordType::Command,
-            Topic::CommandResults => RecordType::CommandResult,
-            Topic::Dlq => RecordType::DeadLetter,
-            Topic::PlannerCheckpoints => RecordType::PlannerCheckpoint,
-            Topic::DetectorRounds => RecordType::DetectorRound,
-        }
-    }
-
-    /// The topic that carries `record`: each record type has exactly one,
-    /// so a record's type names its topic ([`Topics::of`]).
-    pub fn carrying(record: RecordType) -> Topic {
-        match record {
-            RecordType::TelemetryBatch => Topic::Telemetry,
-            RecordType::LogRecord => Topic::Logs,
-            RecordType::AgentEvent => Topic::Agent,
-            RecordType::FailureEvent => Topic::Failures,
-            RecordType::ClusterEvent => Topic::Cluster,
-            RecordType::Decision => Topic::Decisions,
-            RecordType::Command => Topic::Commands,
-            RecordType::CommandResult => Topic::CommandResults,
-            RecordType::DeadLetter => Topic::Dlq,
-            RecordType::PlannerCheckpoint => Topic::PlannerCheckpoints,
-            RecordType::DetectorRound => Topic::DetectorRounds,
-        }
-    }
-
     fn index(self) -> usize {
         Topic::ALL
             .iter()
@@ -100,7 +20,7 @@ impl Topic {
 /// Full topic names under one prefix, resolved once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topics {
-    names: [String; 11],
+    names: [String; crate::record_types::COUNT],
 }
 
 impl Topics {

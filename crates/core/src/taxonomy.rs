@@ -5,29 +5,63 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A failure kind. The serialized symbols are exactly those of the Unicron paper's
-/// taxonomy table; they are shared by the Avro schemas, JSON and the CLI.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FailureKind {
-    NcclTimeout,
-    EccError,
-    NvlinkError,
-    NetworkError,
-    LinkFlapping,
-    TaskHang,
-    IllegalMemoryAccess,
-    InvalidDmaMapping,
-    ConnectionRefused,
-    CudaError,
-    ConnectionReset,
-    GpuDriverError,
-    LostConnection,
-    ExitedAbnormally,
-    OutOfMemory,
-    Straggler,
+/// Defines [`FailureKind`] once: each kind with its symbol (the Unicron
+/// paper's taxonomy, shared by the Avro schema, JSON and the CLI) and its
+/// default severity. `ALL`, `symbol()` and `default_severity()` come from
+/// this one table; the Avro enum, the simulator's mix and the docs' tables
+/// are tested against `ALL`.
+macro_rules! failure_kinds {
+    ($($(#[$doc:meta])* $kind:ident = $symbol:literal, $severity:ident;)*) => {
+        /// A failure kind. The serialized symbols are exactly those of the
+        /// Unicron paper's taxonomy table.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub enum FailureKind {
+            $($(#[$doc])* #[serde(rename = $symbol)] $kind,)*
+        }
+
+        impl FailureKind {
+            /// Every kind, in the order of the schema's symbols.
+            pub const ALL: &'static [FailureKind] = &[$(FailureKind::$kind,)*];
+
+            /// The symbol used in schemas, JSON and the CLI.
+            pub fn symbol(self) -> &'static str {
+                match self {
+                    $(FailureKind::$kind => $symbol,)*
+                }
+            }
+
+            /// The severity the Unicron paper assigns to the kind. `unknown`
+            /// ("others") has none in the paper; we treat it as SEV2
+            /// (restart) because a restart is the cheapest action that
+            /// recovers from an unexplained software fault.
+            pub fn default_severity(self) -> Severity {
+                match self {
+                    $(FailureKind::$kind => Severity::$severity,)*
+                }
+            }
+        }
+    };
+}
+
+failure_kinds! {
+    NcclTimeout = "nccl_timeout", Sev3;
+    EccError = "ecc_error", Sev1;
+    NvlinkError = "nvlink_error", Sev1;
+    NetworkError = "network_error", Sev3;
+    LinkFlapping = "link_flapping", Sev3;
+    TaskHang = "task_hang", Sev2;
+    IllegalMemoryAccess = "illegal_memory_access", Sev2;
+    InvalidDmaMapping = "invalid_dma_mapping", Sev1;
+    ConnectionRefused = "connection_refused", Sev3;
+    CudaError = "cuda_error", Sev2;
+    ConnectionReset = "connection_reset", Sev3;
+    GpuDriverError = "gpu_driver_error", Sev1;
+    LostConnection = "lost_connection", Sev1;
+    ExitedAbnormally = "exited_abnormally", Sev2;
+    OutOfMemory = "out_of_memory", Sev2;
+    Straggler = "straggler", Sev3;
     /// Anything not classified; also what old readers see for symbols added later.
-    Unknown,
+    Unknown = "unknown", Sev2;
 }
 
 /// How bad a failure is, and so which recovery it gets (the Unicron paper):
@@ -43,68 +77,6 @@ pub enum Severity {
     /// Not known; the Avro enum's default symbol.
     #[serde(rename = "UNKNOWN")]
     Unknown,
-}
-
-impl FailureKind {
-    /// Every kind, in the order of the schema's symbols.
-    pub const ALL: [FailureKind; 17] = [
-        FailureKind::NcclTimeout,
-        FailureKind::EccError,
-        FailureKind::NvlinkError,
-        FailureKind::NetworkError,
-        FailureKind::LinkFlapping,
-        FailureKind::TaskHang,
-        FailureKind::IllegalMemoryAccess,
-        FailureKind::InvalidDmaMapping,
-        FailureKind::ConnectionRefused,
-        FailureKind::CudaError,
-        FailureKind::ConnectionReset,
-        FailureKind::GpuDriverError,
-        FailureKind::LostConnection,
-        FailureKind::ExitedAbnormally,
-        FailureKind::OutOfMemory,
-        FailureKind::Straggler,
-        FailureKind::Unknown,
-    ];
-
-    /// The symbol used in schemas, JSON and the CLI.
-    pub fn symbol(self) -> &'static str {
-        match self {
-            FailureKind::NcclTimeout => "nccl_timeout",
-            FailureKind::EccError => "ecc_error",
-            FailureKind::NvlinkError => "nvlink_error",
-            FailureKind::NetworkError => "network_error",
-            FailureKind::LinkFlapping => "link_flapping",
-            FailureKind::TaskHang => "task_hang",
-            FailureKind::IllegalMemoryAccess => "illegal_memory_access",
-            FailureKind::InvalidDmaMapping => "invalid_dma_mapping",
-            FailureKind::ConnectionRefused => "connection_refused",
-            FailureKind::CudaError => "cuda_error",
-            FailureKind::ConnectionReset => "connection_reset",
-            FailureKind::GpuDriverError => "gpu_driver_error",
-            FailureKind::LostConnection => "lost_connection",
-            FailureKind::ExitedAbnormally => "exited_abnormally",
-            FailureKind::OutOfMemory => "out_of_memory",
-            FailureKind::Straggler => "straggler",
-            FailureKind::Unknown => "unknown",
-        }
-    }
-
-    /// The severity the Unicron paper assigns to the kind. `unknown` ("others") has
-    /// none in the paper; we treat it as SEV2 (restart) because a restart is
-    /// the cheapest action that recovers from an unexplained software fault.
-    pub fn default_severity(self) -> Severity {
-        use FailureKind::*;
-        match self {
-            EccError | NvlinkError | InvalidDmaMapping | GpuDriverError | LostConnection => {
-                Severity::Sev1
-            }
-            TaskHang | IllegalMemoryAccess | CudaError | ExitedAbnormally | OutOfMemory
-            | Unknown => Severity::Sev2,
-            NcclTimeout | NetworkError | LinkFlapping | ConnectionRefused | ConnectionReset
-            | Straggler => Severity::Sev3,
-        }
-    }
 }
 
 impl Severity {
@@ -137,7 +109,8 @@ impl FromStr for FailureKind {
     type Err = UnknownSymbol;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         FailureKind::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|k| k.symbol() == s)
             .ok_or_else(|| UnknownSymbol(s.to_string()))
     }
@@ -176,7 +149,7 @@ mod tests {
 
     #[test]
     fn serde_symbols_are_the_paper_symbols() {
-        for kind in FailureKind::ALL {
+        for &kind in FailureKind::ALL {
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(json, format!("\"{}\"", kind.symbol()));
             assert_eq!(kind.symbol().parse::<FailureKind>().unwrap(), kind);

@@ -30,6 +30,10 @@ pub const MIX: [(FailureKind, f64); 15] = [
     (FailureKind::OutOfMemory, 1.0),
 ];
 
+/// The kinds the mix leaves out: with [`MIX`], every kind exactly once
+/// (tested), so a new kind must be placed in one or the other.
+pub const NOT_INJECTED: [FailureKind; 2] = [FailureKind::Straggler, FailureKind::Unknown];
+
 /// Picks a kind from the mix with `u` uniform in [0, 1).
 pub fn pick(u: f64) -> FailureKind {
     let total: f64 = MIX.iter().map(|(_, w)| w).sum();

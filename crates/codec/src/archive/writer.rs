@@ -7,11 +7,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use unicron_core::{
-    AgentEvent, ClusterEvent, Command, CommandResult, DeadLetter, Decision, FailureEvent,
-    LogRecord, TelemetryBatch,
-};
-
 use super::entry::EntryRef;
 use super::layout::{ArchiveFile, check_topic, list, remove_partial};
 use super::open_file::{ClosedFile, OpenFile};
@@ -19,7 +14,7 @@ use super::reader::read;
 use super::{ArchiveError, file_error};
 use crate::codec::{AvroCodec, DecodeError};
 use crate::record::InboundRecord;
-use crate::schemas::{AvroRecord, RecordType};
+use crate::schemas::{AvroRecord, ForRecord, RecordType};
 
 /// A file is closed once it holds this many bytes (the default).
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
@@ -162,21 +157,10 @@ impl ArchiveWriter {
         record_type: RecordType,
     ) -> Result<Appended, ArchiveError> {
         check_topic(&record.topic)?;
-        match record_type {
-            RecordType::TelemetryBatch => self.append_typed::<TelemetryBatch>(record),
-            RecordType::LogRecord => self.append_typed::<LogRecord>(record),
-            RecordType::AgentEvent => self.append_typed::<AgentEvent>(record),
-            RecordType::FailureEvent => self.append_typed::<FailureEvent>(record),
-            RecordType::ClusterEvent => self.append_typed::<ClusterEvent>(record),
-            RecordType::Decision => self.append_typed::<Decision>(record),
-            RecordType::Command => self.append_typed::<Command>(record),
-            RecordType::CommandResult => self.append_typed::<CommandResult>(record),
-            RecordType::DeadLetter => self.append_typed::<DeadLetter>(record),
-            RecordType::PlannerCheckpoint => {
-                self.append_typed::<unicron_core::PlannerCheckpoint>(record)
-            }
-            RecordType::DetectorRound => self.append_typed::<unicron_core::DetectorRound>(record),
-        }
+        record_type.with(AppendTyped {
+            writer: self,
+            record,
+        })
     }
 
     fn append_typed<T: AvroRecord + PartialEq>(
@@ -407,4 +391,17 @@ fn verify<T: AvroRecord + PartialEq>(
         }
         Some(_) => Verdict::Foreign(file.path.clone()),
     })
+}
+
+/// [`ArchiveWriter::append`] for the record type of the topic.
+struct AppendTyped<'a> {
+    writer: &'a mut ArchiveWriter,
+    record: &'a InboundRecord,
+}
+
+impl ForRecord for AppendTyped<'_> {
+    type Output = Result<Appended, ArchiveError>;
+    fn run<T: AvroRecord + PartialEq + std::fmt::Debug>(self) -> Self::Output {
+        self.writer.append_typed::<T>(self.record)
+    }
 }

@@ -20,35 +20,53 @@ use unicron_core::{LogRecord, MetricSample, TelemetryBatch};
 
 pub use labels::{Identity, LabelMap};
 
-/// The wire format of an external topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InputFormat {
-    /// One `Export{Metrics,Logs}ServiceRequest` per record, protobuf.
-    OtlpProto,
-    /// The same request in OTLP/JSON.
-    OtlpJson,
-    /// prometheus-kafka-adapter's JSON: one sample per record.
-    PrometheusJson,
-    /// Vector's `json` codec: a metric event or a log event per record.
-    VectorJson,
-    /// Fluent Bit's Kafka output with `format json`: a log per record.
-    FluentBitJson,
-    /// rsyslog's omkafka with unicron's JSON template: a log per record.
-    RsyslogJson,
+/// Defines [`InputFormat`] once: each format with its configuration name
+/// and whether its records say what they carry (`signal` needed or not).
+/// `ALL`, `name()` and `needs_signal()` come from this table; the docs'
+/// list of formats and the fuzz tests follow `ALL`.
+macro_rules! input_formats {
+    ($($(#[$doc:meta])* $format:ident = $name:literal, needs_signal: $signal:literal;)*) => {
+        /// The wire format of an external topic.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+        pub enum InputFormat {
+            $($(#[$doc])* #[serde(rename = $name)] $format,)*
+        }
+
+        impl InputFormat {
+            /// Every format, in the order of the docs.
+            pub const ALL: &'static [InputFormat] = &[$(InputFormat::$format,)*];
+
+            /// The name in `[[detector.inputs]] format`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(InputFormat::$format => $name,)*
+                }
+            }
+
+            /// Whether a topic of this format must say `signal` (metrics or
+            /// logs): the OTLP requests differ by signal.
+            pub fn needs_signal(self) -> bool {
+                match self {
+                    $(InputFormat::$format => $signal,)*
+                }
+            }
+        }
+    };
 }
 
-impl InputFormat {
-    pub fn name(self) -> &'static str {
-        match self {
-            InputFormat::OtlpProto => "otlp_proto",
-            InputFormat::OtlpJson => "otlp_json",
-            InputFormat::PrometheusJson => "prometheus_json",
-            InputFormat::VectorJson => "vector_json",
-            InputFormat::FluentBitJson => "fluent_bit_json",
-            InputFormat::RsyslogJson => "rsyslog_json",
-        }
-    }
+input_formats! {
+    /// One `Export{Metrics,Logs}ServiceRequest` per record, protobuf.
+    OtlpProto = "otlp_proto", needs_signal: true;
+    /// The same request in OTLP/JSON.
+    OtlpJson = "otlp_json", needs_signal: true;
+    /// prometheus-kafka-adapter's JSON: one sample per record.
+    PrometheusJson = "prometheus_json", needs_signal: false;
+    /// Vector's `json` codec: a metric event or a log event per record.
+    VectorJson = "vector_json", needs_signal: false;
+    /// Fluent Bit's Kafka output with `format json`: a log per record.
+    FluentBitJson = "fluent_bit_json", needs_signal: false;
+    /// rsyslog's omkafka with unicron's JSON template: a log per record.
+    RsyslogJson = "rsyslog_json", needs_signal: false;
 }
 
 /// Whether an OTLP topic carries metrics or logs (the request types differ).
@@ -105,9 +123,7 @@ impl ExternalInput {
         if self.topic.is_empty() {
             return Err("topic: must not be empty".into());
         }
-        if matches!(self.format, InputFormat::OtlpProto | InputFormat::OtlpJson)
-            && self.signal.is_none()
-        {
+        if self.format.needs_signal() && self.signal.is_none() {
             return Err(format!(
                 "signal: topic `{}` is {}; say `metrics` or `logs`",
                 self.topic,
