@@ -186,9 +186,14 @@ async fn run() {
     let started = Instant::now();
     let (k, b) = (kafka.clone(), brokers.clone());
     let task = tokio::spawn(async move {
-        unicron_detector::run(&k, &b, &DetectorSettings::default(), async {
-            let _ = stopped.await;
-        })
+        unicron_detector::run(
+            &k,
+            &b,
+            DetectorSettings::default().build().unwrap(),
+            async {
+                let _ = stopped.await;
+            },
+        )
         .await
         .unwrap();
     });

@@ -112,7 +112,7 @@ async fn measure(name: &str, broker: &Broker<'_>) {
     let task = {
         let (kafka, brokers) = (kafka.clone(), brokers.to_string());
         tokio::spawn(async move {
-            unicron_detector::run(&kafka, &brokers, &settings, async {
+            unicron_detector::run(&kafka, &brokers, settings.build().unwrap(), async {
                 let _ = stopped.await;
             })
             .await

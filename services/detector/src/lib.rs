@@ -20,6 +20,6 @@ mod settings;
 pub use self::metrics::METRICS;
 pub use error::DetectorError;
 pub use service::{SERVICE, run};
-pub use settings::DetectorSettings;
+pub use settings::{DetectorService, DetectorSettings};
 /// The node name idle ticks carry: they come from the detector, not a node.
 pub use unicron_core::detector::IDLE_TICK_NODE;

@@ -32,20 +32,20 @@ use crate::holds::{IdleTicks, LagGuard, OutageHold};
 use crate::metrics::{
     DETECTION_LATENCY, FAILURES, IDLE_TICKS, LAG_GUARD, METRICS, ROUND_SECONDS, ROUNDS, TIMERS_HELD,
 };
-use crate::settings::DetectorSettings;
+use crate::settings::{DetectorService, DetectorSettings};
 
 /// The detector's name in readiness, logs and `unicron_bus::metrics::joined`.
 pub const SERVICE: &str = "detector";
 
 /// How each subscribed topic is decoded.
-enum InputFormat {
+enum TopicDecoder {
     Telemetry(AvroCodec<TelemetryBatch>),
     Logs(AvroCodec<LogRecord>),
     Agent(AvroCodec<AgentEvent>),
     External(ExternalInput),
 }
 
-impl InputFormat {
+impl TopicDecoder {
     /// Observations of one record, plus problems with parts of it.
     fn decode(&self, payload: &[u8]) -> Result<formats::Observed, DecodeError> {
         let one = |observation| formats::Observed {
@@ -53,36 +53,37 @@ impl InputFormat {
             problems: Vec::new(),
         };
         Ok(match self {
-            InputFormat::Telemetry(c) => one(Observation::Telemetry(c.decode(payload)?)),
-            InputFormat::Logs(c) => one(Observation::Log(c.decode(payload)?)),
-            InputFormat::Agent(c) => one(Observation::Agent(c.decode(payload)?)),
-            InputFormat::External(input) => formats::decode(input, payload),
+            TopicDecoder::Telemetry(c) => one(Observation::Telemetry(c.decode(payload)?)),
+            TopicDecoder::Logs(c) => one(Observation::Log(c.decode(payload)?)),
+            TopicDecoder::Agent(c) => one(Observation::Agent(c.decode(payload)?)),
+            TopicDecoder::External(input) => formats::decode(input, payload),
         })
     }
 }
 
-/// Runs the detector until `shutdown` completes or an unrecoverable error.
+/// Runs the detector (built by [`DetectorSettings::build`]) until
+/// `shutdown` completes or an unrecoverable error.
 pub async fn run(
     kafka: &KafkaConfig,
     brokers: &str,
-    settings: &DetectorSettings,
+    detector: DetectorService,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DetectorError> {
-    settings.validate()?;
-    let rules = settings.rules()?;
+    let DetectorService { settings, rules } = detector;
+    let settings = &settings;
     let topics = Topics::new(kafka);
-    let mut decoders: BTreeMap<String, InputFormat> = BTreeMap::new();
+    let mut decoders: BTreeMap<String, TopicDecoder> = BTreeMap::new();
     decoders.insert(
         topics.name(Topic::Telemetry).to_string(),
-        InputFormat::Telemetry(AvroCodec::default()),
+        TopicDecoder::Telemetry(AvroCodec::default()),
     );
     decoders.insert(
         topics.name(Topic::Logs).to_string(),
-        InputFormat::Logs(AvroCodec::default()),
+        TopicDecoder::Logs(AvroCodec::default()),
     );
     decoders.insert(
         topics.name(Topic::Agent).to_string(),
-        InputFormat::Agent(AvroCodec::default()),
+        TopicDecoder::Agent(AvroCodec::default()),
     );
     let mut subscriptions: Vec<Subscription> = [Topic::Agent, Topic::Logs, Topic::Telemetry]
         .into_iter()
@@ -93,7 +94,7 @@ pub async fn run(
             name: input.topic.clone(),
             optional: input.optional,
         });
-        decoders.insert(input.topic.clone(), InputFormat::External(input.clone()));
+        decoders.insert(input.topic.clone(), TopicDecoder::External(input.clone()));
     }
     let options = RuntimeOptions::new(
         SERVICE,
@@ -115,7 +116,7 @@ pub async fn run(
 
 struct DetectorProcessor {
     detector: Detector,
-    decoders: BTreeMap<String, InputFormat>,
+    decoders: BTreeMap<String, TopicDecoder>,
     /// Where rounds and failures go (by record type).
     topics: Topics,
     outage: OutageHold,
@@ -143,7 +144,7 @@ struct PendingRound {
 impl DetectorProcessor {
     fn new(
         detector: Detector,
-        decoders: BTreeMap<String, InputFormat>,
+        decoders: BTreeMap<String, TopicDecoder>,
         topics: &Topics,
         settings: &DetectorSettings,
         instance: String,

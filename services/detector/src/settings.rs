@@ -6,6 +6,20 @@ use unicron_core::detector::{DetectorConfig, LogRules};
 
 use crate::error::DetectorError;
 
+/// A detector ready to run ([`DetectorSettings::build`]): its settings,
+/// checked, and its log rules, compiled once.
+pub struct DetectorService {
+    pub(crate) settings: DetectorSettings,
+    pub(crate) rules: LogRules,
+}
+
+impl DetectorService {
+    /// The compiled log rules (built-in plus `detector.rules_file`).
+    pub fn rules(&self) -> &LogRules {
+        &self.rules
+    }
+}
+
 /// The `[detector]` section of the configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -75,6 +89,16 @@ impl DetectorSettings {
         })?;
         LogRules::with_user(&text).map_err(|e| {
             DetectorError::Config(format!("detector.rules_file: {}: {e}", path.display()))
+        })
+    }
+
+    /// The settings checked once and built into what the detector runs
+    /// with: the log rules compiled.
+    pub fn build(&self) -> Result<DetectorService, DetectorError> {
+        self.validate()?;
+        Ok(DetectorService {
+            rules: self.rules()?,
+            settings: self.clone(),
         })
     }
 

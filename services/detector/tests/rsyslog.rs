@@ -118,7 +118,7 @@ async fn through_rsyslog(broker: &str, kafka: &KafkaConfig, brokers: &str) {
     let task = {
         let (kafka, brokers) = (kafka.clone(), brokers.to_string());
         tokio::spawn(async move {
-            unicron_detector::run(&kafka, &brokers, &settings, async {
+            unicron_detector::run(&kafka, &brokers, settings.build().unwrap(), async {
                 let _ = stopped.await;
             })
             .await

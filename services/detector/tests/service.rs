@@ -59,7 +59,7 @@ impl Harness {
         let (stop, stopped) = oneshot::channel::<()>();
         let (kafka, brokers) = (self.kafka.clone(), self.brokers());
         let task = tokio::spawn(async move {
-            unicron_detector::run(&kafka, &brokers, &settings, async {
+            unicron_detector::run(&kafka, &brokers, settings.build().unwrap(), async {
                 let _ = stopped.await;
             })
             .await

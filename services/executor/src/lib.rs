@@ -20,4 +20,4 @@ pub use backend::{
 };
 pub use error::ExecutorError;
 pub use service::run;
-pub use settings::ExecutorSettings;
+pub use settings::{ExecutorService, ExecutorSettings};

@@ -25,22 +25,23 @@ use unicron_store::{Store, StoreOptions};
 use crate::backend::Backend;
 use crate::error::ExecutorError;
 use crate::metrics::METRICS;
-use crate::settings::ExecutorSettings;
+use crate::settings::ExecutorService;
 
 const SERVICE: &str = "executor";
 
-/// Runs the executor until `shutdown` completes or an unrecoverable error.
+/// Runs the executor (built by [`crate::ExecutorSettings::build`]) until
+/// `shutdown` completes or an unrecoverable error.
 pub async fn run(
     kafka: &KafkaConfig,
     brokers: &str,
-    settings: &ExecutorSettings,
+    executor: ExecutorService,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ExecutorError> {
-    let gate = settings.validate()?;
-    let Some(backend) = &settings.backend else {
-        return Err(ExecutorError::Config("executor.backend: required".into()));
-    };
-    let backend = Backend::checked(backend)?;
+    let ExecutorService {
+        settings,
+        gate,
+        backend,
+    } = executor;
     let store = Arc::new(Store::open(
         &settings.state_dir,
         StoreOptions {

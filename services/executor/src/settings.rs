@@ -4,9 +4,32 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use unicron_core::executor::{Backoff, Gate};
 
-use crate::backend::BackendSettings;
+use crate::backend::{Backend, BackendSettings};
 use crate::check::config;
 use crate::error::ExecutorError;
+
+/// An executor ready to run: its settings, checked once, with the gate
+/// and the backend they describe ([`ExecutorSettings::build`]).
+pub struct ExecutorService {
+    pub(crate) settings: ExecutorSettings,
+    pub(crate) gate: Gate,
+    pub(crate) backend: Backend,
+}
+
+impl ExecutorService {
+    pub fn settings(&self) -> &ExecutorSettings {
+        &self.settings
+    }
+
+    /// The backend in a few words, for a startup line.
+    pub fn describe(&self) -> String {
+        self.settings
+            .backend
+            .as_ref()
+            .map(BackendSettings::describe)
+            .unwrap_or_default()
+    }
+}
 
 /// The `[executor]` section of the configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,7 +88,7 @@ impl ExecutorSettings {
     }
 
     /// The gate for this cluster, trusting `public_keys`.
-    pub fn gate(&self) -> Result<Gate, ExecutorError> {
+    fn gate(&self) -> Result<Gate, ExecutorError> {
         unicron_commands::gate(
             "executor",
             &self.cluster,
@@ -75,12 +98,21 @@ impl ExecutorSettings {
         .map_err(|e| config(e.to_string()))
     }
 
-    /// The settings checked once, into the gate the executor runs with
-    /// (keys parsed); an error names the first setting that is missing or
-    /// makes no sense.
-    pub fn validate(&self) -> Result<Gate, ExecutorError> {
+    /// The settings checked once and built into what the executor runs
+    /// with: the gate (keys parsed) and the backend. An error names the
+    /// first setting that is missing or makes no sense.
+    pub fn build(&self) -> Result<ExecutorService, ExecutorError> {
         self.check_required()?;
-        self.check_given()
+        let gate = self.check_given()?;
+        let backend = match &self.backend {
+            Some(backend) => Backend::checked(backend)?,
+            None => return Err(config("executor.backend: required")),
+        };
+        Ok(ExecutorService {
+            settings: self.clone(),
+            gate,
+            backend,
+        })
     }
 
     fn check_required(&self) -> Result<(), ExecutorError> {
@@ -159,7 +191,7 @@ mod tests {
     }
 
     fn error(settings: &ExecutorSettings) -> String {
-        settings.validate().unwrap_err().to_string()
+        settings.build().err().unwrap().to_string()
     }
 
     #[test]
@@ -183,7 +215,7 @@ mod tests {
             toml::from_str("kind = \"simulator\"\nurl = \"http://127.0.0.1:8090/actions\"")
                 .unwrap(),
         );
-        settings.validate().unwrap();
+        settings.build().unwrap();
         assert_eq!(settings.group(), "unicron-executor.a");
         assert_eq!(settings.gate().unwrap().cluster(), "a");
     }
@@ -199,7 +231,7 @@ mod tests {
             key()
         ))
         .unwrap();
-        settings.validate().unwrap();
+        settings.build().unwrap();
         assert!(
             matches!(&settings.backend, Some(BackendSettings::Exec(e)) if e.timeout_s == 300.0)
         );

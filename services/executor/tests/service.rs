@@ -180,7 +180,8 @@ impl Harness {
             self.broker.bootstrap_servers().to_string(),
         );
         let task = tokio::spawn(async move {
-            unicron_executor::run(&kafka, &brokers, &settings, async {
+            let executor = settings.build().unwrap();
+            unicron_executor::run(&kafka, &brokers, executor, async {
                 let _ = stopped.await;
             })
             .await

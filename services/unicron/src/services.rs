@@ -194,13 +194,17 @@ pub async fn planner(config: &Config, status: &crate::status::StatusArgs) -> any
 /// `unicron detector`: the detector against an existing Kafka, until Ctrl-C.
 pub async fn detector(config: &Config) -> anyhow::Result<()> {
     let (stop, brokers) = deployed(config, "detector")?;
+    let detector = config
+        .detector
+        .build()
+        .map_err(|e| crate::usage::UsageError(format!("config: {e}")))?;
     println!(
         "detector: group {} on {brokers}, {} external input(s)",
         config.detector.group_id,
         config.detector.inputs.len()
     );
     let _metrics = serve_metrics(config, false).await?;
-    unicron_detector::run(&config.kafka, &brokers, &config.detector, stop.signalled())
+    unicron_detector::run(&config.kafka, &brokers, detector, stop.signalled())
         .await
         .context("detector")
 }
@@ -230,9 +234,9 @@ pub fn random_seed() -> anyhow::Result<[u8; 32]> {
 pub async fn executor(config: &Config) -> anyhow::Result<()> {
     let (stop, brokers) = deployed(config, "executor")?;
     // A setting the executor cannot start without is the operator's to fix.
-    config
+    let executor = config
         .executor
-        .validate()
+        .build()
         .map_err(|e| crate::usage::UsageError(format!("config: {e}")))?;
     println!(
         "executor: cluster {} as {}, group {} on {brokers}",
@@ -241,7 +245,7 @@ pub async fn executor(config: &Config) -> anyhow::Result<()> {
         config.executor.group()
     );
     let _metrics = serve_metrics(config, false).await?;
-    unicron_executor::run(&config.kafka, &brokers, &config.executor, stop.signalled())
+    unicron_executor::run(&config.kafka, &brokers, executor, stop.signalled())
         .await
         .context("executor")
 }

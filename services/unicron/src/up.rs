@@ -198,17 +198,15 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         }
     );
 
-    let (kafka, at, settings) = (
-        config.kafka.clone(),
-        bootstrap.clone(),
-        config.detector.clone(),
-    );
+    let detector = config.detector.build()?;
+    let rule_count = detector.rules().len();
+    let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
     services.spawn("detector", StopOrder::WithTheRest, |shutdown| async move {
-        Ok(unicron_detector::run(&kafka, &at, &settings, shutdown.wait()).await?)
+        Ok(unicron_detector::run(&kafka, &at, detector, shutdown.wait()).await?)
     });
     println!(
         "detector: {} rules{}",
-        config.detector.rules()?.len(),
+        rule_count,
         config
             .detector
             .inputs
@@ -255,16 +253,16 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             }));
         }
     }
-    if let Some(backend) = &executor_settings.backend {
-        executor_settings.validate().context("executor")?;
+    if executor_settings.backend.is_some() {
+        let executor = executor_settings.build().context("executor")?;
         println!(
             "executor: cluster {}, backend {}",
             executor_settings.cluster,
-            backend.describe()
+            executor.describe()
         );
         let (kafka, at) = (config.kafka.clone(), bootstrap.clone());
         services.spawn("executor", StopOrder::WithTheRest, |shutdown| async move {
-            Ok(unicron_executor::run(&kafka, &at, &executor_settings, shutdown.wait()).await?)
+            Ok(unicron_executor::run(&kafka, &at, executor, shutdown.wait()).await?)
         });
     } else {
         println!("executor: not started (no simulator; set executor.cluster and executor.backend)");

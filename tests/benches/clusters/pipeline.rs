@@ -187,7 +187,7 @@ pub async fn run(
     );
     tokio::spawn(async move {
         // Ends with an error when the broker stops at exit; not measured.
-        let _ = unicron_detector::run(&k, &b, &s, std::future::pending()).await;
+        let _ = unicron_detector::run(&k, &b, s.build().unwrap(), std::future::pending()).await;
     });
     start_planner(bus, settings);
     let out = Consumer::new(

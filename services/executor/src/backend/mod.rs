@@ -133,7 +133,7 @@ impl Backend {
     }
 
     /// The backend of settings already validated (the executor's own, by
-    /// `ExecutorSettings::validate`), so they are not checked twice.
+    /// `ExecutorSettings::build`), so they are not checked twice.
     pub(crate) fn checked(settings: &BackendSettings) -> Result<Backend, ExecutorError> {
         Ok(Backend {
             inner: settings.kind().build()?,
