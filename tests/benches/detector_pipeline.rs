@@ -11,7 +11,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use unicron_bus::{Consumer, Producer};
 use unicron_codec::AvroCodec;
 use unicron_core::detector::{
-    Detector, DetectorConfig, DetectorInput, LogRules, Observation, Source,
+    Detector, DetectorConfig, DetectorInput, LogRules, Observation, SourceRecord,
 };
 use unicron_core::{FailureEvent, LogRecord, MetricSample, TelemetryBatch};
 use unicron_detector::DetectorSettings;
@@ -94,7 +94,7 @@ async fn run() {
     for (offset, (_, payload)) in payloads.iter().enumerate() {
         let batch = codec.decode(payload).unwrap();
         let input = DetectorInput {
-            source: Source {
+            source: SourceRecord {
                 topic: "unicron.telemetry".into(),
                 partition: 0,
                 offset: offset as i64,

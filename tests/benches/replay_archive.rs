@@ -11,7 +11,7 @@ use std::time::Instant;
 use unicron_codec::archive::{self, ArchiveWriter, WriterOptions};
 use unicron_codec::schemas::{AvroRecord, RecordType};
 use unicron_codec::{AvroCodec, InboundRecord};
-use unicron_core::detector::{Detector, DetectorConfig, LogRules, Observation, Source};
+use unicron_core::detector::{Detector, DetectorConfig, LogRules, Observation, SourceRecord};
 use unicron_core::planner::{Input, InputEvent, Planner, PlannerConfig};
 use unicron_core::replay::{
     SourcedObservation, compare_failures, detect_in_order, replay_planner, steps,
@@ -191,7 +191,7 @@ fn replay_once(dir: &std::path::Path, expected: usize) -> Timing {
     assert_eq!(comparison.diverged, 0, "{:#?}", comparison.first_divergence);
 
     let detector_started = Instant::now();
-    let source = |topic: &str, offset: i64| Source {
+    let source = |topic: &str, offset: i64| SourceRecord {
         topic: topic.to_string(),
         partition: 0,
         offset,

@@ -16,7 +16,7 @@ use apache_avro::types::Value;
 use apache_avro::{Codec, DeflateSettings, Schema, Writer};
 use unicron_codec::InboundRecord;
 use unicron_codec::archive::{
-    self, Appended, ArchiveError, ArchiveWriter, Archived, Settled, WriterOptions,
+    self, Appended, ArchiveError, ArchiveWriter, Archived, ArchivedThrough, WriterOptions,
 };
 use unicron_codec::schemas::{AvroRecord, RecordType};
 use unicron_codec::{AvroCodec, DecodeError};
@@ -175,7 +175,7 @@ fn size_rolls_give_contiguous_offset_ranges_and_settle_closed_files_only() {
     let dir = tempfile::tempdir().unwrap();
     let mut writer = ArchiveWriter::open(dir.path(), options(8 * 1024)).unwrap();
     let mut rolled = Vec::new();
-    let mut settled: Vec<Settled> = Vec::new();
+    let mut settled: Vec<ArchivedThrough> = Vec::new();
     for offset in 0..1000 {
         let record = inbound("unicron.logs", 2, offset, &log_line(offset));
         if let Appended::Rolled(closed) = writer.append(&record, RecordType::LogRecord).unwrap() {
@@ -196,7 +196,7 @@ fn size_rolls_give_contiguous_offset_ranges_and_settle_closed_files_only() {
     settled.extend(writer.take_settled());
     assert_eq!(
         settled.last(),
-        Some(&Settled {
+        Some(&ArchivedThrough {
             topic: "unicron.logs".into(),
             partition: 2,
             through: 999

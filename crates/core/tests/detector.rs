@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use unicron_core::detector::{
-    Detector, DetectorConfig, DetectorInput, DetectorOutput, LogRules, Observation, Source,
+    Detector, DetectorConfig, DetectorInput, DetectorOutput, LogRules, Observation, SourceRecord,
 };
 use unicron_core::{
     AgentEvent, AgentEventKind, DetectionMethod, FailureEvent, FailureKind, LogRecord,
@@ -53,7 +53,7 @@ impl Harness {
     fn feed(&mut self, topic: &str, observation: Observation) {
         self.offset += 1;
         let input = DetectorInput {
-            source: Source {
+            source: SourceRecord {
                 topic: topic.into(),
                 partition: 0,
                 offset: self.offset,
@@ -543,7 +543,7 @@ fn a_lagging_partition_holds_the_heartbeat_timers_back() {
         *offset += 1;
         detector
             .apply(&DetectorInput {
-                source: Source {
+                source: SourceRecord {
                     topic: "unicron.agent".into(),
                     partition,
                     offset: *offset,
@@ -858,7 +858,7 @@ fn an_idle_tick_releases_a_held_symptom_on_a_quiet_input() {
 fn a_partition_still_being_read_gets_no_idle_tick() {
     let mut detector = Detector::new(DetectorConfig::default(), LogRules::builtin());
     let input = DetectorInput {
-        source: Source {
+        source: SourceRecord {
             topic: "unicron.agent".into(),
             partition: 0,
             offset: 0,
@@ -881,7 +881,7 @@ fn a_partition_still_being_read_gets_no_idle_tick() {
 fn an_idle_tick_leaves_the_partition_it_sits_on_alone() {
     let mut detector = Detector::new(DetectorConfig::default(), LogRules::builtin());
     let on = |partition, observation, caught_up| DetectorInput {
-        source: Source {
+        source: SourceRecord {
             topic: "unicron.agent".into(),
             partition,
             offset: 0,
@@ -906,7 +906,7 @@ fn a_partition_found_caught_up_later_releases_the_watermark() {
     let mut h = Harness::with(DetectorConfig::default());
     // A symptom read from a partition that looked behind when it was read.
     let input = DetectorInput {
-        source: Source {
+        source: SourceRecord {
             topic: "unicron.logs".into(),
             partition: 4,
             offset: 9,

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use unicron_core::detector::{
-    Detector, DetectorConfig, DetectorInput, DetectorOutput, LogRules, Observation, Source,
+    Detector, DetectorConfig, DetectorInput, DetectorOutput, LogRules, Observation, SourceRecord,
 };
 use unicron_core::replay::{SourcedObservation, by_record, replay_rounds};
 use unicron_core::*;
@@ -30,7 +30,7 @@ fn detector() -> Detector {
 /// readable (ms after T0).
 #[derive(Clone)]
 struct Stored {
-    source: Source,
+    source: SourceRecord,
     observation: Observation,
     arrives: i64,
 }
@@ -44,7 +44,7 @@ fn log_of_a_cluster(late_ms: i64) -> Vec<Stored> {
     let mut put = |topic: &str, partition: i32, observation: Observation, arrives: i64| {
         let offset = offsets.entry((topic.to_string(), partition)).or_insert(0);
         out.push(Stored {
-            source: Source {
+            source: SourceRecord {
                 topic: topic.into(),
                 partition,
                 offset: *offset,

@@ -10,7 +10,7 @@ use crate::names::TopicNames;
 
 /// One source record an evidence entry points at.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Source {
+pub struct EvidenceSource {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
@@ -22,7 +22,7 @@ pub struct Source {
 /// The chain, newest link last.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Chain {
-    pub sources: Vec<Source>,
+    pub sources: Vec<EvidenceSource>,
     pub failure: Option<FailureEvent>,
     /// The trigger when it is not a failure (a cluster event or a result).
     pub trigger: Option<serde_json::Value>,
@@ -92,7 +92,7 @@ pub(crate) fn assemble<L: Links>(links: &L, command_id: &str) -> Result<Option<C
     }))
 }
 
-fn source<L: Links>(links: &L, e: &Evidence) -> Result<Source, L::Error> {
+fn source<L: Links>(links: &L, e: &Evidence) -> Result<EvidenceSource, L::Error> {
     let n = links.names();
     let at = At {
         topic: &e.topic,
@@ -104,7 +104,7 @@ fn source<L: Links>(links: &L, e: &Evidence) -> Result<Source, L::Error> {
     } else {
         None
     };
-    Ok(Source {
+    Ok(EvidenceSource {
         topic: e.topic.clone(),
         partition: e.partition,
         offset: e.offset,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use unicron_codec::archive::ArchiveError;
 use unicron_codec::schemas::AvroRecord;
 use unicron_codec::{AvroCodec, KafkaConfig};
-use unicron_core::detector::{Observation, Source};
+use unicron_core::detector::{Observation, SourceRecord};
 use unicron_core::planner::{Input, InputEvent};
 use unicron_core::replay::SourcedObservation;
 use unicron_core::{
@@ -107,7 +107,7 @@ fn load_external(
         }
         for (index, observation) in decoded.observations.into_iter().enumerate() {
             out.push(SourcedObservation {
-                source: Source {
+                source: SourceRecord {
                     topic: r.topic.clone(),
                     partition: r.partition,
                     offset: r.offset,
@@ -266,7 +266,7 @@ impl History {
     /// The detector's inputs, as the detector service splits them.
     pub fn observations(&self, cluster: Option<&str>) -> Vec<SourcedObservation> {
         let keep = |c: &str| cluster.is_none_or(|want| want == c);
-        let source = |topic: &str, partition: i32, offset: i64| Source {
+        let source = |topic: &str, partition: i32, offset: i64| SourceRecord {
             topic: topic.to_string(),
             partition,
             offset,

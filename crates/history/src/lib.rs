@@ -16,7 +16,7 @@ mod names;
 pub mod replay;
 
 pub use decode::{Decoded, Decoder};
-pub use explain::{Chain, Source};
+pub use explain::{Chain, EvidenceSource};
 pub use history::{History, HistoryError, Origin, Recorded};
 pub use index::{ExplainIndex, IndexError, Indexed};
 pub use names::TopicNames;

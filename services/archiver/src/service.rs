@@ -3,7 +3,7 @@
 //!
 //! Offsets ([`Durability::Elsewhere`]): a record's offset is committed only
 //! once it is in a closed (renamed, fsynced) file, or was dead-lettered
-//! with nothing of its partition still open (the writer's `Settled`). A
+//! with nothing of its partition still open (the writer's `ArchivedThrough`). A
 //! crash therefore loses only `.part` files, whose records come again from
 //! the committed offset; records that come again although their file was
 //! closed (the commit was lost) are recognised by offset and not archived

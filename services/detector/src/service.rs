@@ -17,7 +17,7 @@ use unicron_codec::{
     AvroCodec, DecodeError, InboundRecord, KafkaConfig, Subscription, Topic, Topics,
 };
 use unicron_core::AgentEvent;
-use unicron_core::detector::{Detector, DetectorInput, DetectorOutput, Observation, Source};
+use unicron_core::detector::{Detector, DetectorInput, DetectorOutput, Observation, SourceRecord};
 use unicron_core::{
     DetectorRound, FailureEvent, LogRecord, PartitionRef, RoundRange, RoundTick, TelemetryBatch,
 };
@@ -47,8 +47,8 @@ enum TopicDecoder {
 
 impl TopicDecoder {
     /// Observations of one record, plus problems with parts of it.
-    fn decode(&self, payload: &[u8]) -> Result<formats::Observed, DecodeError> {
-        let one = |observation| formats::Observed {
+    fn decode(&self, payload: &[u8]) -> Result<formats::Decoded, DecodeError> {
+        let one = |observation| formats::Decoded {
             observations: vec![observation],
             problems: Vec::new(),
         };
@@ -282,11 +282,11 @@ fn instance_name(group: &str) -> String {
 }
 
 impl Processor for DetectorProcessor {
-    type Input = formats::Observed;
+    type Input = formats::Decoded;
     type Action = Never;
     type Error = DetectorError;
 
-    fn decode(&self, record: &InboundRecord) -> Result<formats::Observed, DecodeError> {
+    fn decode(&self, record: &InboundRecord) -> Result<formats::Decoded, DecodeError> {
         match self.decoders.get(&record.topic) {
             Some(decoder) => decoder.decode(&record.payload),
             None => Err(DecodeError::Invalid {
@@ -300,7 +300,7 @@ impl Processor for DetectorProcessor {
     /// batch; problems with parts of it are dead-lettered now.
     fn apply(
         &mut self,
-        decoded: formats::Observed,
+        decoded: formats::Decoded,
         step: &mut Step<'_>,
     ) -> Result<Applied<Never>, DetectorError> {
         let record = step.record();
@@ -320,7 +320,7 @@ impl Processor for DetectorProcessor {
         }
         for (index, observation) in decoded.observations.into_iter().enumerate() {
             self.round.inputs.push(DetectorInput {
-                source: Source {
+                source: SourceRecord {
                     topic: record.topic.clone(),
                     partition: record.partition,
                     offset: record.offset,
@@ -479,7 +479,7 @@ mod tests {
     /// a partition away starts afresh.
     #[tokio::test]
     async fn only_a_changed_assignment_resets_the_detector() {
-        use unicron_core::detector::{DetectorInput, Observation, Source};
+        use unicron_core::detector::{DetectorInput, Observation, SourceRecord};
         use unicron_core::{AgentEvent, AgentEventKind};
         let mut processor = DetectorProcessor::new(
             Detector::new(Default::default(), LogRules::builtin()),
@@ -492,7 +492,7 @@ mod tests {
         processor.reassigned(&[agent(0), agent(1)]).await.unwrap();
         let heartbeat = AgentEvent::new("c1", "n1", 1_767_225_600_000, AgentEventKind::Heartbeat);
         processor.detector.apply(&DetectorInput {
-            source: Source {
+            source: SourceRecord {
                 topic: "unicron.agent".into(),
                 partition: 0,
                 offset: 7,

@@ -42,7 +42,8 @@ pub use layout::{ArchiveFile, file_name, list, list_topic, remove_partial};
 pub use open_file::ClosedFile;
 pub use reader::{read, read_topic};
 pub use writer::{
-    Appended, ArchiveWriter, DEFAULT_MAX_FILE_AGE, DEFAULT_MAX_FILE_BYTES, Settled, WriterOptions,
+    Appended, ArchiveWriter, ArchivedThrough, DEFAULT_MAX_FILE_AGE, DEFAULT_MAX_FILE_BYTES,
+    WriterOptions,
 };
 
 /// Errors of the archive. Each names the file, or the record, concerned.

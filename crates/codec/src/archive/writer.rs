@@ -60,7 +60,7 @@ impl WriterOptions {
 /// archived in a closed file or was dead-lettered: its offset may be
 /// committed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settled {
+pub struct ArchivedThrough {
     pub topic: String,
     pub partition: i32,
     pub through: i64,
@@ -96,7 +96,7 @@ pub struct ArchiveWriter {
     options: WriterOptions,
     open: BTreeMap<PartitionKey, OpenFile>,
     partitions: BTreeMap<PartitionKey, PartitionState>,
-    settled: Vec<Settled>,
+    settled: Vec<ArchivedThrough>,
     removed: Vec<PathBuf>,
 }
 
@@ -273,7 +273,7 @@ impl ArchiveWriter {
 
     /// The partitions whose offsets may be committed since the last call,
     /// in the order they settled.
-    pub fn take_settled(&mut self) -> Vec<Settled> {
+    pub fn take_settled(&mut self) -> Vec<ArchivedThrough> {
         std::mem::take(&mut self.settled)
     }
 
@@ -298,7 +298,7 @@ impl ArchiveWriter {
         }
         let closed = result?;
         if let Some(through) = self.partitions.get(key).and_then(|s| s.handled_through) {
-            self.settled.push(Settled {
+            self.settled.push(ArchivedThrough {
                 topic: key.0.clone(),
                 partition: key.1,
                 through,
@@ -332,8 +332,8 @@ impl std::fmt::Debug for ArchiveWriter {
     }
 }
 
-fn settled(record: &InboundRecord) -> Settled {
-    Settled {
+fn settled(record: &InboundRecord) -> ArchivedThrough {
+    ArchivedThrough {
         topic: record.topic.clone(),
         partition: record.partition,
         through: record.offset,

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::time::epoch_seconds_ms;
-use super::{Budget, LabelMap, Observed, flatten_object, json_object, log};
+use super::{Budget, Decoded, LabelMap, flatten_object, json_object, log};
 
-pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
+pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
     let object = match json_object(payload, "fluent_bit_json") {
         Ok(object) => object,
         Err(failed) => return failed,
@@ -17,29 +17,29 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
     let time_ms = match object.get("@timestamp").and_then(Value::as_f64) {
         Some(seconds) => match epoch_seconds_ms(seconds) {
             Ok(ms) => ms,
-            Err(e) => return Observed::failed(format!("fluent_bit_json: @timestamp: {e}")),
+            Err(e) => return Decoded::failed(format!("fluent_bit_json: @timestamp: {e}")),
         },
-        None => return Observed::failed("fluent_bit_json: no numeric `@timestamp`".into()),
+        None => return Decoded::failed("fluent_bit_json: no numeric `@timestamp`".into()),
     };
     let Some(line) = ["log", "message", "MESSAGE"]
         .iter()
         .find_map(|k| object.get(*k).and_then(Value::as_str))
     else {
-        return Observed::failed("fluent_bit_json: no `log` or `message` field".into());
+        return Decoded::failed("fluent_bit_json: no `log` or `message` field".into());
     };
     let mut fields = BTreeMap::new();
     let mut budget = Budget::for_payload(payload);
     if let Err(e) = flatten_object(&object, &mut fields, &mut budget) {
-        return Observed::failed(format!("fluent_bit_json: {e}"));
+        return Decoded::failed(format!("fluent_bit_json: {e}"));
     }
     for key in ["log", "message", "MESSAGE", "@timestamp"] {
         fields.remove(key);
     }
     let id = labels.identify(&fields);
     let Some(node) = id.node.clone() else {
-        return Observed::failed(format!("fluent_bit_json: {}", labels.missing_node()));
+        return Decoded::failed(format!("fluent_bit_json: {}", labels.missing_node()));
     };
-    Observed {
+    Decoded {
         observations: vec![log(
             &id,
             node,

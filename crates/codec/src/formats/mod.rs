@@ -137,14 +137,14 @@ impl ExternalInput {
 /// What one external record decodes to: observations, and problems with
 /// parts of it (the record is dead-lettered with them; the rest is used).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observed {
+pub struct Decoded {
     pub observations: Vec<Observation>,
     pub problems: Vec<String>,
 }
 
-impl Observed {
-    fn failed(reason: String) -> Observed {
-        Observed {
+impl Decoded {
+    fn failed(reason: String) -> Decoded {
+        Decoded {
             observations: Vec::new(),
             problems: vec![reason],
         }
@@ -152,9 +152,9 @@ impl Observed {
 }
 
 /// Decodes one record of an external topic.
-pub fn decode(input: &ExternalInput, payload: &[u8]) -> Observed {
+pub fn decode(input: &ExternalInput, payload: &[u8]) -> Decoded {
     if payload.is_empty() {
-        return Observed::failed("empty record".into());
+        return Decoded::failed("empty record".into());
     }
     let labels = &input.labels;
     match (input.format, input.signal) {
@@ -163,7 +163,7 @@ pub fn decode(input: &ExternalInput, payload: &[u8]) -> Observed {
         (InputFormat::OtlpJson, Some(Signal::Metrics)) => otlp::metrics_json(payload, labels),
         (InputFormat::OtlpJson, Some(Signal::Logs)) => otlp::logs_json(payload, labels),
         (InputFormat::OtlpProto | InputFormat::OtlpJson, None) => {
-            Observed::failed("OTLP input without a signal".into())
+            Decoded::failed("OTLP input without a signal".into())
         }
         (InputFormat::PrometheusJson, _) => prometheus::decode(payload, labels),
         (InputFormat::VectorJson, _) => vector::decode(payload, labels),
@@ -250,13 +250,13 @@ fn log(
 fn json_object(
     payload: &[u8],
     format: &str,
-) -> Result<serde_json::Map<String, serde_json::Value>, Observed> {
+) -> Result<serde_json::Map<String, serde_json::Value>, Decoded> {
     match serde_json::from_slice(payload) {
         Ok(serde_json::Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Observed::failed(format!(
+        Ok(_) => Err(Decoded::failed(format!(
             "{format}: record is not a JSON object"
         ))),
-        Err(e) => Err(Observed::failed(format!("{format}: {e}"))),
+        Err(e) => Err(Decoded::failed(format!("{format}: {e}"))),
     }
 }
 

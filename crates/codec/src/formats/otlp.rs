@@ -10,7 +10,7 @@ use opentelemetry_proto::tonic::metrics::v1::{NumberDataPoint, metric, number_da
 use prost::Message;
 
 use super::time::nanos_ms;
-use super::{Batches, Budget, LabelMap, Observed, log, sample};
+use super::{Batches, Budget, Decoded, LabelMap, log, sample};
 
 const SOURCE: &str = "otlp";
 
@@ -19,51 +19,47 @@ const SOURCE: &str = "otlp";
 /// never exports one, so such a record is garbage, not an empty batch.
 const NO_RESOURCES: &str = "the request carries no resources (not an OTLP export request?)";
 
-pub fn metrics_proto(payload: &[u8], labels: &LabelMap) -> Observed {
+pub fn metrics_proto(payload: &[u8], labels: &LabelMap) -> Decoded {
     match ExportMetricsServiceRequest::decode(payload) {
         Ok(request) if request.resource_metrics.is_empty() => {
-            Observed::failed(format!("otlp_proto metrics: {NO_RESOURCES}"))
+            Decoded::failed(format!("otlp_proto metrics: {NO_RESOURCES}"))
         }
         Ok(request) => metrics(request, labels, Budget::for_payload(payload)),
-        Err(e) => Observed::failed(format!("otlp_proto metrics: {e}")),
+        Err(e) => Decoded::failed(format!("otlp_proto metrics: {e}")),
     }
 }
 
-pub fn metrics_json(payload: &[u8], labels: &LabelMap) -> Observed {
+pub fn metrics_json(payload: &[u8], labels: &LabelMap) -> Decoded {
     match serde_json::from_slice::<ExportMetricsServiceRequest>(payload) {
         Ok(request) if request.resource_metrics.is_empty() => {
-            Observed::failed(format!("otlp_json metrics: {NO_RESOURCES}"))
+            Decoded::failed(format!("otlp_json metrics: {NO_RESOURCES}"))
         }
         Ok(request) => metrics(request, labels, Budget::for_payload(payload)),
-        Err(e) => Observed::failed(format!("otlp_json metrics: {e}")),
+        Err(e) => Decoded::failed(format!("otlp_json metrics: {e}")),
     }
 }
 
-pub fn logs_proto(payload: &[u8], labels: &LabelMap) -> Observed {
+pub fn logs_proto(payload: &[u8], labels: &LabelMap) -> Decoded {
     match ExportLogsServiceRequest::decode(payload) {
         Ok(request) if request.resource_logs.is_empty() => {
-            Observed::failed(format!("otlp_proto logs: {NO_RESOURCES}"))
+            Decoded::failed(format!("otlp_proto logs: {NO_RESOURCES}"))
         }
         Ok(request) => logs(request, labels, Budget::for_payload(payload)),
-        Err(e) => Observed::failed(format!("otlp_proto logs: {e}")),
+        Err(e) => Decoded::failed(format!("otlp_proto logs: {e}")),
     }
 }
 
-pub fn logs_json(payload: &[u8], labels: &LabelMap) -> Observed {
+pub fn logs_json(payload: &[u8], labels: &LabelMap) -> Decoded {
     match serde_json::from_slice::<ExportLogsServiceRequest>(payload) {
         Ok(request) if request.resource_logs.is_empty() => {
-            Observed::failed(format!("otlp_json logs: {NO_RESOURCES}"))
+            Decoded::failed(format!("otlp_json logs: {NO_RESOURCES}"))
         }
         Ok(request) => logs(request, labels, Budget::for_payload(payload)),
-        Err(e) => Observed::failed(format!("otlp_json logs: {e}")),
+        Err(e) => Decoded::failed(format!("otlp_json logs: {e}")),
     }
 }
 
-fn metrics(
-    request: ExportMetricsServiceRequest,
-    labels: &LabelMap,
-    mut budget: Budget,
-) -> Observed {
+fn metrics(request: ExportMetricsServiceRequest, labels: &LabelMap, mut budget: Budget) -> Decoded {
     let mut batches = Batches::default();
     let mut problems = Vec::new();
     'all: for resource_metrics in request.resource_metrics {
@@ -127,14 +123,14 @@ fn metrics(
             }
         }
     }
-    Observed {
+    Decoded {
         observations: batches.into_observations(SOURCE),
         problems,
     }
 }
 
-fn logs(request: ExportLogsServiceRequest, labels: &LabelMap, mut budget: Budget) -> Observed {
-    let mut decoded = Observed::default();
+fn logs(request: ExportLogsServiceRequest, labels: &LabelMap, mut budget: Budget) -> Decoded {
+    let mut decoded = Decoded::default();
     'all: for resource_logs in request.resource_logs {
         let resource = attributes(
             resource_logs

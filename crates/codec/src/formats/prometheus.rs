@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::time::rfc3339_ms;
-use super::{Batches, LabelMap, Observed, sample};
+use super::{Batches, Decoded, LabelMap, sample};
 
 #[derive(Deserialize)]
 struct AdapterSample {
@@ -19,19 +19,19 @@ struct AdapterSample {
     labels: BTreeMap<String, String>,
 }
 
-pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
+pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
     let record: AdapterSample = match serde_json::from_slice(payload) {
         Ok(r) => r,
-        Err(e) => return Observed::failed(format!("prometheus_json: {e}")),
+        Err(e) => return Decoded::failed(format!("prometheus_json: {e}")),
     };
     let time_ms = match rfc3339_ms(&record.timestamp) {
         Ok(t) => t,
-        Err(e) => return Observed::failed(format!("prometheus_json: timestamp: {e}")),
+        Err(e) => return Decoded::failed(format!("prometheus_json: timestamp: {e}")),
     };
     let value: f64 = match record.value.trim().parse() {
         Ok(v) => v,
         Err(_) => {
-            return Observed::failed(format!(
+            return Decoded::failed(format!(
                 "prometheus_json: value `{}` is not a number",
                 record.value
             ));
@@ -39,7 +39,7 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
     };
     let id = labels.identify(&record.labels);
     let Some(node) = id.node.clone() else {
-        return Observed::failed(format!("prometheus_json: {}", labels.missing_node()));
+        return Decoded::failed(format!("prometheus_json: {}", labels.missing_node()));
     };
     let mut batches = Batches::default();
     batches.push(
@@ -47,7 +47,7 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
         node,
         sample(record.name, value, time_ms, &id, record.labels),
     );
-    Observed {
+    Decoded {
         observations: batches.into_observations("prometheus-kafka-adapter"),
         problems: Vec::new(),
     }

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::time::rfc3339_ms;
-use super::{Budget, LabelMap, Observed, flatten_object, json_object, log};
+use super::{Budget, Decoded, LabelMap, flatten_object, json_object, log};
 
 const FORMAT: &str = "rsyslog_json";
 
-pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
+pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
     let object = match json_object(payload, FORMAT) {
         Ok(object) => object,
         Err(failed) => return failed,
@@ -20,32 +20,32 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
     let time_ms = match object.get("@timestamp").and_then(Value::as_str) {
         Some(t) => match rfc3339_ms(t) {
             Ok(ms) => ms,
-            Err(e) => return Observed::failed(format!("{FORMAT}: @timestamp: {e}")),
+            Err(e) => return Decoded::failed(format!("{FORMAT}: @timestamp: {e}")),
         },
-        None => return Observed::failed(format!("{FORMAT}: no `@timestamp` string")),
+        None => return Decoded::failed(format!("{FORMAT}: no `@timestamp` string")),
     };
     let Some(line) = ["message", "msg"]
         .iter()
         .find_map(|k| object.get(*k).and_then(Value::as_str))
     else {
-        return Observed::failed(format!("{FORMAT}: no `message` field"));
+        return Decoded::failed(format!("{FORMAT}: no `message` field"));
     };
     let mut fields = BTreeMap::new();
     let mut budget = Budget::for_payload(payload);
     if let Err(e) = flatten_object(&object, &mut fields, &mut budget) {
-        return Observed::failed(format!("{FORMAT}: {e}"));
+        return Decoded::failed(format!("{FORMAT}: {e}"));
     }
     for key in ["message", "msg", "@timestamp"] {
         fields.remove(key);
     }
     let id = labels.identify(&fields);
     let Some(node) = id.node.clone() else {
-        return Observed::failed(format!("{FORMAT}: {}", labels.missing_node()));
+        return Decoded::failed(format!("{FORMAT}: {}", labels.missing_node()));
     };
     // imfile keeps the line as written; syslog messages may carry the
     // space after the tag.
     let line = line.trim().to_string();
-    Observed {
+    Decoded {
         observations: vec![log(&id, node, time_ms, "rsyslog", line, fields)],
         problems: Vec::new(),
     }

@@ -8,12 +8,12 @@ use serde_json::Value;
 
 use super::time::rfc3339_ms;
 use super::{
-    Batches, Budget, LabelMap, Observed, flatten, flatten_object, json_object, log, sample,
+    Batches, Budget, Decoded, LabelMap, flatten, flatten_object, json_object, log, sample,
 };
 
 const SOURCE: &str = "vector";
 
-pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
+pub fn decode(payload: &[u8], labels: &LabelMap) -> Decoded {
     let object = match json_object(payload, "vector_json") {
         Ok(object) => object,
         Err(failed) => return failed,
@@ -21,16 +21,16 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
     let time_ms = match object.get("timestamp").and_then(Value::as_str) {
         Some(t) => match rfc3339_ms(t) {
             Ok(ms) => ms,
-            Err(e) => return Observed::failed(format!("vector_json: timestamp: {e}")),
+            Err(e) => return Decoded::failed(format!("vector_json: timestamp: {e}")),
         },
-        None => return Observed::failed("vector_json: no `timestamp`".into()),
+        None => return Decoded::failed("vector_json: no `timestamp`".into()),
     };
     let value = ["counter", "gauge"]
         .iter()
         .find_map(|k| object.get(*k).and_then(|v| v.get("value")));
     if let (Some(name), Some(value)) = (object.get("name").and_then(Value::as_str), value) {
         let Some(value) = value.as_f64() else {
-            return Observed::failed(format!(
+            return Decoded::failed(format!(
                 "vector_json: metric `{name}`: value is not a number"
             ));
         };
@@ -38,11 +38,11 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
         if let Some(t) = object.get("tags")
             && let Err(e) = flatten("", t, &mut tags, &mut Budget::for_payload(payload))
         {
-            return Observed::failed(format!("vector_json: metric `{name}`: tags: {e}"));
+            return Decoded::failed(format!("vector_json: metric `{name}`: tags: {e}"));
         }
         let id = labels.identify(&tags);
         let Some(node) = id.node.clone() else {
-            return Observed::failed(format!("vector_json: {}", labels.missing_node()));
+            return Decoded::failed(format!("vector_json: {}", labels.missing_node()));
         };
         let mut batches = Batches::default();
         batches.push(
@@ -50,7 +50,7 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
             node,
             sample(name.to_string(), value, time_ms, &id, tags),
         );
-        return Observed {
+        return Decoded {
             observations: batches.into_observations(SOURCE),
             problems: Vec::new(),
         };
@@ -67,24 +67,24 @@ pub fn decode(payload: &[u8], labels: &LabelMap) -> Observed {
         .iter()
         .any(|k| object.contains_key(*k))
     {
-        return Observed::default(); // metric types without a failure signal
+        return Decoded::default(); // metric types without a failure signal
     }
     let Some(line) = ["message", "log"]
         .iter()
         .find_map(|k| object.get(*k).and_then(Value::as_str))
     else {
-        return Observed::failed("vector_json: log event without `message`".into());
+        return Decoded::failed("vector_json: log event without `message`".into());
     };
     let mut fields = BTreeMap::new();
     if let Err(e) = flatten_object(&object, &mut fields, &mut Budget::for_payload(payload)) {
-        return Observed::failed(format!("vector_json: {e}"));
+        return Decoded::failed(format!("vector_json: {e}"));
     }
     fields.remove("message");
     let id = labels.identify(&fields);
     let Some(node) = id.node.clone() else {
-        return Observed::failed(format!("vector_json: {}", labels.missing_node()));
+        return Decoded::failed(format!("vector_json: {}", labels.missing_node()));
     };
-    Observed {
+    Decoded {
         observations: vec![log(&id, node, time_ms, SOURCE, line.to_string(), fields)],
         problems: Vec::new(),
     }

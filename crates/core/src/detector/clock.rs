@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Source;
+use super::SourceRecord;
 use super::config::{DetectorConfig, ms};
 
 /// 2000-01-01T00:00:00Z: nothing a running cluster reports is older.
@@ -154,8 +154,8 @@ impl SourceClocks {
 
     /// A record of `source` was read, whose newest accepted event time is
     /// `accepted_ms`; `caught_up` when nothing newer was on its partition.
-    pub fn read(&mut self, source: &Source, accepted_ms: Option<i64>, caught_up: bool) {
-        let Source {
+    pub fn read(&mut self, source: &SourceRecord, accepted_ms: Option<i64>, caught_up: bool) {
+        let SourceRecord {
             topic, partition, ..
         } = source;
         let clock = match self.clocks.get_mut(topic) {

@@ -44,7 +44,7 @@ use timers::HeartbeatDeadlines;
 /// Where an observation came from; `index` numbers the observations one
 /// external record expands into, so failure ids stay unique.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Source {
+pub struct SourceRecord {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
@@ -89,7 +89,7 @@ impl Observation {
 /// One input: an observation and its source record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DetectorInput {
-    pub source: Source,
+    pub source: SourceRecord,
     pub observation: Observation,
     /// The consumer had nothing newer on this record's partition. A
     /// partition that is behind holds the timers' watermark back to its own
@@ -365,8 +365,8 @@ pub fn failure_id(f: &FailureEvent) -> String {
 
 impl ClusterView {
     /// Notes that `source`'s partition carries this cluster's records.
-    fn note_source(&mut self, source: &Source) {
-        let Source {
+    fn note_source(&mut self, source: &SourceRecord) {
+        let SourceRecord {
             topic, partition, ..
         } = source;
         if !self
@@ -518,7 +518,7 @@ impl ClusterPass<'_> {
 }
 
 /// Evidence for a source record with an excerpt cut at a char boundary.
-pub fn evidence(source: &Source, node: &str, text: &str, limit: usize) -> Evidence {
+pub fn evidence(source: &SourceRecord, node: &str, text: &str, limit: usize) -> Evidence {
     let mut end = text.len().min(limit);
     while !text.is_char_boundary(end) {
         end -= 1;

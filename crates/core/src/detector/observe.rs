@@ -5,7 +5,7 @@
 use super::config::DetectorConfig;
 use super::correlate::Candidate;
 use super::progress::{IterationDone, ProgressSignal};
-use super::{ClusterView, DetectorInput, LogRules, Observation, Source, evidence};
+use super::{ClusterView, DetectorInput, LogRules, Observation, SourceRecord, evidence};
 use crate::records::{
     AgentEvent, AgentEventKind, DetectionMethod, LogRecord, MetricSample, TelemetryBatch,
     WorkerChange,
@@ -14,7 +14,7 @@ use crate::taxonomy::{FailureKind, Severity};
 
 /// What one observation yields.
 #[derive(Debug, Default)]
-pub(super) struct Observed {
+pub(super) struct Ingested {
     /// Why parts of it are unusable.
     pub rejected: Vec<String>,
     pub candidates: Vec<Candidate>,
@@ -22,11 +22,11 @@ pub(super) struct Observed {
     pub accepted_ms: Option<i64>,
 }
 
-impl Observed {
-    fn rejected(reason: String) -> Observed {
-        Observed {
+impl Ingested {
+    fn rejected(reason: String) -> Ingested {
+        Ingested {
             rejected: vec![reason],
-            ..Observed::default()
+            ..Ingested::default()
         }
     }
 }
@@ -37,7 +37,7 @@ pub(super) fn observe(
     rules: &LogRules,
     view: &mut ClusterView,
     input: &DetectorInput,
-) -> Observed {
+) -> Ingested {
     let source = &input.source;
     match &input.observation {
         Observation::Log(record) => log(config, rules, view, record, source),
@@ -52,13 +52,13 @@ fn log(
     rules: &LogRules,
     view: &mut ClusterView,
     record: &LogRecord,
-    source: &Source,
-) -> Observed {
+    source: &SourceRecord,
+) -> Ingested {
     if let Err(reason) = view.clock.check(record.time_ms, config) {
-        return Observed::rejected(reason);
+        return Ingested::rejected(reason);
     }
     view.clock.advance(&record.node, record.time_ms, config);
-    Observed {
+    Ingested {
         rejected: Vec::new(),
         candidates: classify_log(rules, config, view, record, source)
             .into_iter()
@@ -72,9 +72,9 @@ fn telemetry(
     rules: &LogRules,
     view: &mut ClusterView,
     batch: &TelemetryBatch,
-    source: &Source,
-) -> Observed {
-    let mut out = Observed::default();
+    source: &SourceRecord,
+) -> Ingested {
+    let mut out = Ingested::default();
     for sample in &batch.samples {
         if let Err(reason) = view.clock.check(sample.time_ms, config) {
             out.rejected
@@ -118,26 +118,26 @@ fn telemetry(
 }
 
 /// Not a node's report: only the clock moves.
-fn idle_tick(config: &DetectorConfig, view: &mut ClusterView, event: &AgentEvent) -> Observed {
+fn idle_tick(config: &DetectorConfig, view: &mut ClusterView, event: &AgentEvent) -> Ingested {
     if let Err(reason) = view.clock.check(event.time_ms, config) {
-        return Observed::rejected(reason);
+        return Ingested::rejected(reason);
     }
     view.clock.tick(event.time_ms);
-    Observed::default()
+    Ingested::default()
 }
 
 fn agent(
     config: &DetectorConfig,
     view: &mut ClusterView,
     event: &AgentEvent,
-    source: &Source,
-) -> Observed {
+    source: &SourceRecord,
+) -> Ingested {
     if let Err(reason) = view
         .clock
         .check(event.time_ms, config)
         .and_then(|()| validate_agent(event))
     {
-        return Observed::rejected(reason);
+        return Ingested::rejected(reason);
     }
     view.clock.advance(&event.node, event.time_ms, config);
     let candidates = if event.kind == AgentEventKind::Leaving {
@@ -146,7 +146,7 @@ fn agent(
     } else {
         on_agent(config, view, event, source)
     };
-    Observed {
+    Ingested {
         rejected: Vec::new(),
         candidates,
         accepted_ms: Some(event.time_ms),
@@ -169,7 +169,7 @@ fn classify_log(
     config: &DetectorConfig,
     view: &mut ClusterView,
     record: &LogRecord,
-    source: &Source,
+    source: &SourceRecord,
 ) -> Option<Candidate> {
     let found = rules.classify(&record.line)?;
     let job = record
@@ -205,7 +205,7 @@ fn on_agent(
     config: &DetectorConfig,
     view: &mut ClusterView,
     event: &AgentEvent,
-    source: &Source,
+    source: &SourceRecord,
 ) -> Vec<Candidate> {
     let node = view.nodes.entry(event.node.clone()).or_default();
     if let Some(job) = &event.job {

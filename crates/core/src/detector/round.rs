@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::records::{AgentEvent, DetectorRound};
 
-use super::{Detector, DetectorInput, DetectorOutput, Source};
+use super::{Detector, DetectorInput, DetectorOutput, SourceRecord};
 
 /// The node idle ticks carry: they come from the detector, not a node.
 pub const IDLE_TICK_NODE: &str = "unicron-detector";
@@ -22,7 +22,7 @@ pub const IDLE_TICK_NODE: &str = "unicron-detector";
 /// One output of a round and the input it came from (`None`: an idle tick).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoundOutput {
-    pub source: Option<Source>,
+    pub source: Option<SourceRecord>,
     pub output: DetectorOutput,
 }
 
@@ -70,7 +70,7 @@ impl Detector {
         }
         for (index, tick) in round.ticks.iter().enumerate() {
             let input = DetectorInput {
-                source: Source {
+                source: SourceRecord {
                     topic: String::new(),
                     partition: -1,
                     offset: round.seq,

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use super::config::{DetectorConfig, ms};
 use super::correlate::Candidate;
-use super::{ClusterView, NodeView, Source, evidence};
+use super::{ClusterView, NodeView, SourceRecord, evidence};
 use crate::records::{AgentEvent, DetectionMethod};
 use crate::taxonomy::{FailureKind, Severity};
 
@@ -28,7 +28,7 @@ impl HeartbeatDeadlines {
         node: &mut NodeView,
         event: &AgentEvent,
         now: Option<i64>,
-        source: &Source,
+        source: &SourceRecord,
         config: &DetectorConfig,
     ) {
         if node.last_heartbeat_ms.is_some_and(|t| event.time_ms <= t) {

@@ -20,7 +20,7 @@ pub use config::{DEFAULT_ISOLATION_SHARE, PlannerConfig, PolicyName};
 pub use policy::{Hit, Policy, policy};
 pub use replan::{Action, Plan};
 pub use state::{
-    ClusterState, Health, InFlight, Job, JobStatus, Node, Observed, RecentFault, RestoreCost,
+    ClusterState, Health, InFlight, Job, JobStatus, Node, RecentFault, RestoreCost, TransitionStats,
 };
 
 pub(crate) use cluster_events::validate_spec;

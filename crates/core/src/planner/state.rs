@@ -184,9 +184,9 @@ pub struct RecentFault {
     pub kind: FailureKind,
 }
 
-/// Observed transition durations of one action.
+/// TransitionStats transition durations of one action.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct Observed {
+pub struct TransitionStats {
     pub count: u64,
     pub total_s: f64,
 }
@@ -200,7 +200,7 @@ pub struct ClusterState {
     pub recent_faults: Vec<RecentFault>,
     /// Event times of failures that hit jobs, newest last (bounded): the MTBF.
     pub failure_times: Vec<i64>,
-    pub observed: BTreeMap<String, Observed>,
+    pub observed: BTreeMap<String, TransitionStats>,
     /// Highest event time seen: the cluster's watermark.
     pub watermark_ms: i64,
     /// Ids of the newest failures applied (bounded): the detector delivers

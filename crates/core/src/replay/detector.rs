@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::{Comparison, Divergence, json};
-use crate::detector::{Detector, DetectorInput, DetectorOutput, Observation, Source};
+use crate::detector::{Detector, DetectorInput, DetectorOutput, Observation, SourceRecord};
 use crate::records::{DetectorRound, FailureEvent};
 
 /// What identifies a failure independently of read order.
@@ -36,7 +36,7 @@ impl FailureKey {
 /// One observation and where it was read from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourcedObservation {
-    pub source: Source,
+    pub source: SourceRecord,
     pub observation: Observation,
 }
 

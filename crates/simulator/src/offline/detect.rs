@@ -4,7 +4,7 @@
 
 use unicron_core::AgentEvent;
 use unicron_core::FailureEvent;
-use unicron_core::detector::{DetectorInput, DetectorOutput, Observation, Source};
+use unicron_core::detector::{DetectorInput, DetectorOutput, Observation, SourceRecord};
 use unicron_core::planner::{Input, InputEvent};
 
 use super::{Logged, Offline};
@@ -46,7 +46,7 @@ impl Offline {
         let cluster = self.sim.config().cluster.clone();
         let offset = self.next_offset("agent");
         let outputs = self.detector.apply(&DetectorInput {
-            source: Source {
+            source: SourceRecord {
                 topic: "agent".into(),
                 partition: 0,
                 offset,
@@ -91,7 +91,7 @@ impl Offline {
         }
         let offset = self.next_offset(topic);
         let outputs = self.detector.apply(&DetectorInput {
-            source: Source {
+            source: SourceRecord {
                 topic: topic.into(),
                 partition: 0,
                 offset,

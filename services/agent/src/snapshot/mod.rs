@@ -26,7 +26,7 @@ use crate::error::AgentError;
 use crate::metrics::{SNAPSHOT_BYTES, SNAPSHOT_MEMORY_LIMIT, SNAPSHOTS_REFUSED, SNAPSHOTS_STORED};
 use crate::report::{Reported, Reporter, now_ms};
 use crate::settings::AgentSettings;
-use store::{Origin, Snapshot, Store};
+use store::{Origin, Snapshot, SnapshotStore};
 
 /// Shortest cluster secret accepted.
 const MIN_SECRET: usize = 32;
@@ -59,7 +59,7 @@ struct Restored {
 /// The agent's snapshot service.
 pub struct Snapshots {
     node: String,
-    store: Mutex<Store>,
+    store: Mutex<SnapshotStore>,
     secret: Option<Vec<u8>>,
     reporter: Arc<Reporter>,
     jobs: Mutex<BTreeMap<String, Active>>,
@@ -141,7 +141,7 @@ impl Snapshots {
         let (replicate, queue) = mpsc::unbounded_channel();
         let service = Arc::new(Snapshots {
             node: settings.node.clone(),
-            store: Mutex::new(Store::new(settings.snapshot_memory_limit)),
+            store: Mutex::new(SnapshotStore::new(settings.snapshot_memory_limit)),
             secret,
             reporter,
             jobs: Mutex::new(BTreeMap::new()),
@@ -242,7 +242,7 @@ impl Snapshots {
         Some(rx)
     }
 
-    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+    fn store(&self) -> std::sync::MutexGuard<'_, SnapshotStore> {
         self.store.lock().expect("not poisoned")
     }
 

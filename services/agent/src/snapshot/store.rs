@@ -45,7 +45,7 @@ impl Snapshot {
 
 /// Why a snapshot is not held.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
+pub enum HoldError {
     #[error(
         "job {job} rank {rank}: a snapshot of {bytes} bytes does not fit: {held} of {limit} bytes held (agent.snapshot_memory_limit)"
     )]
@@ -69,15 +69,15 @@ struct Held {
 
 /// Snapshots by job, rank and origin, oldest first.
 #[derive(Debug)]
-pub struct Store {
+pub struct SnapshotStore {
     limit: u64,
     held: u64,
     entries: BTreeMap<Key, Vec<Held>>,
 }
 
-impl Store {
-    pub fn new(limit: u64) -> Store {
-        Store {
+impl SnapshotStore {
+    pub fn new(limit: u64) -> SnapshotStore {
+        SnapshotStore {
             limit,
             held: 0,
             entries: BTreeMap::new(),
@@ -97,7 +97,7 @@ impl Store {
     /// replaces that one. When the limit would be passed, the oldest of its
     /// key go first while [`KEPT`] or more are held, as they would once
     /// this one is reported; if it still does not fit, it is refused.
-    pub fn insert(&mut self, snapshot: Arc<Snapshot>, origin: Origin) -> Result<(), StoreError> {
+    pub fn insert(&mut self, snapshot: Arc<Snapshot>, origin: Origin) -> Result<(), HoldError> {
         let key = (snapshot.job.clone(), snapshot.rank, origin);
         let list = self.entries.get(&key).map_or(&[][..], Vec::as_slice);
         let replaced = list
@@ -116,7 +116,7 @@ impl Store {
             evict += 1;
         }
         if after > self.limit {
-            return Err(StoreError::DoesNotFit {
+            return Err(HoldError::DoesNotFit {
                 job: snapshot.job.clone(),
                 rank: snapshot.rank,
                 bytes: snapshot.bytes(),
@@ -218,14 +218,14 @@ mod tests {
     }
 
     /// Inserts and reports, as the agent does once a report went out.
-    fn held(store: &mut Store, rank: i32, step: i64, origin: Origin) {
+    fn held(store: &mut SnapshotStore, rank: i32, step: i64, origin: Origin) {
         store.insert(snap(rank, step, 100), origin).unwrap();
         store.reported("j", rank, origin, step);
     }
 
     #[test]
     fn keeps_the_newest_two_reported_per_rank_and_counts_bytes() {
-        let mut store = Store::new(1000);
+        let mut store = SnapshotStore::new(1000);
         for step in 1..=4 {
             held(&mut store, 0, step, Origin::Own);
         }
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn steps_not_yet_reported_do_not_push_out_the_ones_the_planner_knows() {
-        let mut store = Store::new(1000);
+        let mut store = SnapshotStore::new(1000);
         held(&mut store, 0, 1, Origin::Own);
         held(&mut store, 0, 2, Origin::Own);
         // Two newer steps saved before their report went out: the planner
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_over_the_limit_is_refused_with_the_field() {
-        let mut store = Store::new(250);
+        let mut store = SnapshotStore::new(250);
         held(&mut store, 0, 1, Origin::Own);
         held(&mut store, 0, 2, Origin::Own);
         // At the limit, the oldest goes first: it stays at 200.
