@@ -52,7 +52,7 @@ fn the_readme_names_the_run_and_test_commands_that_ci_and_dev_run() {
         "dev no longer runs `{CARGO_RUN_UP}`"
     );
     assert!(
-        dev.contains("exec cargo test --workspace --locked"),
+        dev.contains("cargo test --workspace --locked"),
         "dev test no longer runs the whole suite"
     );
     let ci = read(".ci/run");
