@@ -361,5 +361,9 @@ pub fn round(full: bool) -> unicron_core::DetectorRound {
             time_ms: 1_767_225_600_000,
         }],
         failures: vec!["f:c1:gpu_ecc:n1:1767225600000:0a1b2c3d4e5f".into()],
+        behind: vec![PartitionRef {
+            topic: "unicron.logs".into(),
+            partition: 7,
+        }],
     }
 }

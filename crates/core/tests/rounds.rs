@@ -115,6 +115,12 @@ impl Live {
     /// false: the instance dies after writing the round, before its
     /// failures are out.
     fn round(&mut self, batch: &[(Stored, bool)], publish: bool) {
+        self.round_with(batch, publish, Vec::new());
+    }
+
+    /// A round that also names the partitions found behind since the last
+    /// (what the service's tick notices).
+    fn round_with(&mut self, batch: &[(Stored, bool)], publish: bool, behind: Vec<PartitionRef>) {
         let mut ranges: Vec<RoundRange> = Vec::new();
         let mut sorted: Vec<&(Stored, bool)> = batch.iter().collect();
         sorted.sort_by_key(|(s, _)| (s.source.topic.clone(), s.source.partition, s.source.offset));
@@ -141,6 +147,7 @@ impl Live {
             detector: self.name.clone(),
             seq: self.seq,
             ranges,
+            behind,
             ..DetectorRound::default()
         };
         self.seq += 1;
@@ -310,4 +317,168 @@ fn replay_finds_a_round_that_does_not_match_the_records() {
     );
     assert!(replayed.comparison.diverged >= 1);
     assert_eq!(replayed.comparison.first_divergence.unwrap().what, "round");
+}
+
+/// Six nodes of one job, each on its own agent partition, heartbeating
+/// every second for 140 s; n1 logs an NCCL timeout at 50 s and n2 a refused
+/// connection at 58 s (two faults, 8 s apart), and n4 dies at 100 s.
+fn log_of_two_symptoms_and_a_death() -> Vec<Stored> {
+    let mut out = Vec::new();
+    let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut put = |topic: &str, partition: i32, observation: Observation, at: i64| {
+        let offset = offsets.entry((topic.to_string(), partition)).or_insert(0);
+        out.push(Stored {
+            source: SourceRecord {
+                topic: topic.into(),
+                partition,
+                offset: *offset,
+                index: 0,
+            },
+            observation,
+            arrives: at - T0,
+        });
+        *offset += 1;
+    };
+    let line = |node: &str, rank: i32, time_ms: i64, line: &str| LogRecord {
+        cluster: "c1".into(),
+        node: node.into(),
+        time_ms,
+        job: Some("j1".into()),
+        rank: Some(rank),
+        gpu: None,
+        source: "stderr".into(),
+        attributes: BTreeMap::new(),
+        line: line.into(),
+    };
+    for s in 0..140 {
+        for p in 0..6 {
+            let node = format!("n{}", p + 1);
+            if node == "n4" && s >= 100 {
+                continue;
+            }
+            let t = T0 + s * 1000 + p as i64 * 10;
+            let mut beat = AgentEvent::new("c1", &node, t, AgentEventKind::Heartbeat);
+            beat.job = Some("j1".into());
+            put(AGENT, p, Observation::Agent(beat), t);
+        }
+        if s == 50 {
+            let t = T0 + s * 1000 + 500;
+            let nccl = line(
+                "n1",
+                0,
+                t,
+                "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+            );
+            put(LOGS, 0, Observation::Log(nccl), t);
+        }
+        if s == 58 {
+            let t = T0 + s * 1000 + 500;
+            let refused = line(
+                "n2",
+                1,
+                t,
+                "RuntimeError: The client socket has failed to connect to [n0061]:29500 (errno: 111 - Connection refused).",
+            );
+            put(LOGS, 1, Observation::Log(refused), t);
+        }
+    }
+    out
+}
+
+/// A round's records and the partitions the service found behind before it.
+type ReadRound = (Vec<(Stored, bool)>, Vec<PartitionRef>);
+
+/// Reads `log` as a consumer that is `lag(record)` ms behind the broker on
+/// each record's partition, `batch` records a round; a record is caught up
+/// when nothing newer on its partition was on the broker when it was read,
+/// and each round names the partitions with records on the broker not yet
+/// read (the service's tick).
+fn read_behind(log: &[Stored], lag: impl Fn(&Stored) -> i64, batch: usize) -> Vec<ReadRound> {
+    let read_time = |s: &Stored| s.arrives + lag(s);
+    let mut order: Vec<&Stored> = log.iter().collect();
+    order.sort_by_key(|s| {
+        (
+            read_time(s),
+            s.source.topic.clone(),
+            s.source.partition,
+            s.source.offset,
+        )
+    });
+    let mut read_until = i64::MIN;
+    order
+        .chunks(batch)
+        .map(|chunk| {
+            let behind: BTreeSet<PartitionRef> = log
+                .iter()
+                .filter(|o| o.arrives <= read_until && read_time(o) > read_until)
+                .map(|o| PartitionRef {
+                    topic: o.source.topic.clone(),
+                    partition: o.source.partition,
+                })
+                .collect();
+            let read_at = chunk.iter().map(|s| read_time(s)).max().unwrap();
+            read_until = read_at;
+            let records = chunk
+                .iter()
+                .map(|s| {
+                    let newer_on_broker = log.iter().any(|o| {
+                        o.source.topic == s.source.topic
+                            && o.source.partition == s.source.partition
+                            && o.source.offset > s.source.offset
+                            && o.arrives <= read_at
+                    });
+                    ((*s).clone(), !newer_on_broker)
+                })
+                .collect();
+            (records, behind.into_iter().collect())
+        })
+        .collect()
+}
+
+/// A backlog is no evidence: the consumer reads n6's heartbeat partition
+/// three minutes late from 20 s on. Its heartbeats wait unread, so n6 is
+/// not the silent peer behind n1's NCCL timeout, and n2's refused
+/// connection 8 s later is a fault of its own even though n1's window is
+/// still open (the watermark is held back). n4, which really died, is
+/// found lost once the backlog is read. The same records read in order
+/// give the same failures, and the lagging run replays exactly.
+#[test]
+fn a_backlog_makes_late_verdicts_never_false_ones() {
+    let log = log_of_two_symptoms_and_a_death();
+    let lagging = |s: &Stored| {
+        if s.source.topic == AGENT && s.source.partition == 5 && s.arrives >= 20_000 {
+            180_000
+        } else {
+            0
+        }
+    };
+    let mut behind = Live::new("d-behind");
+    for (records, partitions) in read_behind(&log, lagging, 6) {
+        behind.round_with(&records, true, partitions);
+    }
+    let in_order = run(&log, 6);
+    let brief = |live: &Live| {
+        live.published
+            .iter()
+            .map(|f| (f.kind, f.node.clone().unwrap_or_default()))
+            .collect::<BTreeSet<_>>()
+    };
+    let expected: BTreeSet<_> = [
+        (FailureKind::NcclTimeout, "n1".to_string()),
+        (FailureKind::ConnectionRefused, "n2".to_string()),
+        (FailureKind::LostConnection, "n4".to_string()),
+    ]
+    .into();
+    assert_eq!(brief(&behind), expected, "{:#?}", behind.published);
+    assert_eq!(behind.published.len(), 3, "{:#?}", behind.published);
+    assert_eq!(found(&behind.published), found(&in_order.published));
+    let replayed = replay_rounds(
+        &behind.rounds,
+        &observations(&log),
+        &behind.published,
+        detector,
+        |_| true,
+    );
+    assert_eq!(replayed.comparison.diverged, 0, "{:?}", replayed.comparison);
+    assert_eq!(replayed.failures, behind.published);
 }

@@ -18,13 +18,6 @@ use crate::outbox::{Published, drain, outbound, send};
 use crate::processor::{Act, Applied, BusStatus, Outgoing, Processor, Reading};
 use crate::step::{Staged, Step};
 
-/// The most records applied before one commit. Records that are already
-/// waiting are applied together and committed in one RocksDB write, and
-/// their outputs published as one batch: a busy service pays one write
-/// and one broker round trip per batch rather than per record. The bound
-/// caps how long the batch's first record waits for its commit.
-const MAX_BATCH: usize = 128;
-
 /// Where a service's outputs go: unicron's topics under the configured
 /// prefix (a record's type names its topic), and how much of a bad
 /// payload a dead letter keeps.
@@ -93,7 +86,7 @@ pub async fn drive<P: Processor>(
         // Whatever else is ready joins this record's batch, each with the
         // group generation it was read in.
         let mut batch = vec![(first, source.generation())];
-        while batch.len() < MAX_BATCH {
+        while batch.len() < options.max_batch.max(1) {
             match source.try_recv() {
                 Some(record) => {
                     batch.push((record.map_err(RuntimeError::from)?, source.generation()))

@@ -26,7 +26,7 @@ pub use error::RuntimeError;
 pub use io::{Positions, Sink, Source};
 pub use kafka::KafkaSource;
 pub use membership::Membership;
-pub use options::{Durability, OnStop, RuntimeOptions, StartFrom};
+pub use options::{DEFAULT_MAX_BATCH, Durability, OnStop, RuntimeOptions, StartFrom};
 pub use outbox::{Published, drain};
 pub use processor::{
     Act, Applied, BatchEnd, BusStatus, Never, Outgoing, Processor, Reading, Settled,

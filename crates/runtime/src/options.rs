@@ -69,6 +69,10 @@ pub enum OnStop {
     ReadToEnd { limit: Duration },
 }
 
+/// [`RuntimeOptions::max_batch`] unless a service says otherwise: a
+/// stateful service's batch is one RocksDB write, kept short.
+pub const DEFAULT_MAX_BATCH: usize = 128;
+
 /// What the runtime needs besides the processor.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
@@ -78,6 +82,12 @@ pub struct RuntimeOptions {
     pub subscriptions: Vec<Subscription>,
     pub durability: Durability,
     pub on_stop: OnStop,
+    /// The most records applied before one commit (or one round, for a
+    /// processor that applies rounds). Records that are already waiting are
+    /// applied together: a busy service pays one store write and one broker
+    /// round trip per batch rather than per record. The bound caps how long
+    /// a batch's first record waits for its commit.
+    pub max_batch: usize,
 }
 
 impl RuntimeOptions {
@@ -94,6 +104,7 @@ impl RuntimeOptions {
             subscriptions,
             durability,
             on_stop: OnStop::Stop,
+            max_batch: DEFAULT_MAX_BATCH,
         }
     }
 }

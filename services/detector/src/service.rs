@@ -96,12 +96,13 @@ pub async fn run(
         });
         decoders.insert(input.topic.clone(), TopicDecoder::External(input.clone()));
     }
-    let options = RuntimeOptions::new(
+    let mut options = RuntimeOptions::new(
         SERVICE,
         &settings.group_id,
         subscriptions,
         Durability::AtLeastOnce,
     );
+    options.max_batch = settings.round_max_records;
     tracing::info!(group = %settings.group_id, topics = ?options.subscriptions, rules = rules.len(), "detector starting");
     let mut processor = DetectorProcessor::new(
         Detector::new(settings.tuning.clone(), rules),
@@ -135,6 +136,7 @@ struct PendingRound {
     seq: i64,
     reset: bool,
     caught_up: Vec<PartitionRef>,
+    behind: Vec<PartitionRef>,
     ticks: Vec<RoundTick>,
     inputs: Vec<DetectorInput>,
     /// The records the inputs came from, for ranges and dead letters.
@@ -168,7 +170,11 @@ impl DetectorProcessor {
     /// Applies the pending round: the round record, then its failures.
     fn run_round(&mut self) -> Result<BatchEnd, DetectorError> {
         let pending = &mut self.round;
-        if pending.inputs.is_empty() && pending.ticks.is_empty() && pending.caught_up.is_empty() {
+        if pending.inputs.is_empty()
+            && pending.ticks.is_empty()
+            && pending.caught_up.is_empty()
+            && pending.behind.is_empty()
+        {
             return Ok(BatchEnd::default());
         }
         let mut round = DetectorRound {
@@ -180,6 +186,7 @@ impl DetectorProcessor {
             ranges: ranges(&pending.records),
             ticks: std::mem::take(&mut pending.ticks),
             failures: Vec::new(),
+            behind: std::mem::take(&mut pending.behind),
         };
         pending.seq += 1;
         let records = std::mem::take(&mut pending.records);
@@ -386,14 +393,34 @@ impl Processor for DetectorProcessor {
         Some(self.idle.check_every())
     }
 
-    /// Notes partitions found read to their end, updates the lag guard and
-    /// queues idle ticks: all go into the round the runtime ends next.
+    /// Notes partitions found read to their end and those found behind
+    /// again (records arrived that the consumer has not read), updates the
+    /// lag guard and queues idle ticks: all go into the round the runtime
+    /// ends next.
     fn tick(&mut self, reading: &Reading<'_>) -> Result<(), DetectorError> {
         for (topic, partition) in self.detector.behind_partitions() {
             if reading.caught_up(&topic, partition) {
                 self.detector.mark_caught_up(&topic, partition);
-                self.round.caught_up.push(PartitionRef { topic, partition });
+                let p = PartitionRef { topic, partition };
+                self.round.behind.retain(|b| *b != p);
+                self.round.caught_up.push(p);
             }
+        }
+        let fallen_behind: Vec<PartitionRef> = reading
+            .partitions()
+            .filter(|(topic, partition)| {
+                self.detector.partition_behind(topic, *partition) == Some(false)
+                    && !reading.caught_up(topic, *partition)
+            })
+            .map(|(topic, partition)| PartitionRef {
+                topic: topic.to_string(),
+                partition,
+            })
+            .collect();
+        for p in fallen_behind {
+            self.detector.mark_behind(&p.topic, p.partition);
+            self.round.caught_up.retain(|c| *c != p);
+            self.round.behind.push(p);
         }
         let lag = reading
             .partitions()

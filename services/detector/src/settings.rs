@@ -60,6 +60,11 @@ pub struct DetectorSettings {
     /// partition by more than this many seconds of event time. 0 turns it
     /// off.
     pub lag_guard_s: f64,
+    /// The most records one round applies. A round costs one round record
+    /// written and acknowledged before its failures go out, so under
+    /// backlog larger rounds read faster; the bound caps how long a round's
+    /// first record waits (a few milliseconds at 4,096).
+    pub round_max_records: usize,
 }
 
 impl Default for DetectorSettings {
@@ -74,6 +79,7 @@ impl Default for DetectorSettings {
             idle_tick_s: 2.0,
             lag_guard_records: 20_000,
             lag_guard_s: 15.0,
+            round_max_records: 4096,
         }
     }
 }
@@ -123,6 +129,12 @@ impl DetectorSettings {
                     "detector.{field}: {value} is not between {min} and 3600 seconds"
                 )));
             }
+        }
+        if !(1..=1_000_000).contains(&self.round_max_records) {
+            return Err(DetectorError::Config(format!(
+                "detector.round_max_records: {} is not between 1 and 1000000",
+                self.round_max_records
+            )));
         }
         for (i, input) in self.inputs.iter().enumerate() {
             input

@@ -22,6 +22,13 @@
 //! first command naming it consumed, and per stage the records produced
 //! against those consumed. A failure that never got a command fails the
 //! run, and so does a stage that consumed fewer records than were produced.
+//! `unexpected_failures` are failures on nodes where nothing was injected
+//! (false verdicts), `unexpected_why` the same by rule, method and the
+//! node's history, with a few in `unexpected_samples`.
+//! `detector_consume_per_s` is the detector's input records over the whole
+//! run (its capacity when its lag never reached 0), `raw_consume_per_s` a
+//! plain rdkafka consumer reading the same input topics from their start on
+//! the same brokers at the end of the run: the transport's limit.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -144,6 +151,12 @@ struct Run {
     failures_consumed: usize,
     /// Failure records no injected failure explains, by kind.
     unexpected: BTreeMap<String, usize>,
+    /// The same by rule, method and what the node had been through
+    /// (never injected, answered earlier, no node named), and a few whole.
+    unexpected_why: BTreeMap<String, usize>,
+    unexpected_samples: Vec<serde_json::Value>,
+    /// Nodes ever injected, with the latest injection's time.
+    injected_at: HashMap<(usize, usize), Instant>,
     /// Injected kind → a different detected kind.
     misclassified: BTreeMap<String, usize>,
     /// Why a failure was decided without a command, by reason.
@@ -222,6 +235,9 @@ pub async fn run(
         commanded: 0,
         failures_consumed: 0,
         unexpected: BTreeMap::new(),
+        unexpected_why: BTreeMap::new(),
+        unexpected_samples: Vec::new(),
+        injected_at: HashMap::new(),
         misclassified: BTreeMap::new(),
         no_command: BTreeMap::new(),
         decisions: 0,
@@ -278,7 +294,8 @@ pub async fn run(
     let slot_every = HEARTBEAT_EVERY / SLOTS as u32;
     let mut next_slot = Instant::now();
     let mut slot = 0;
-    let began = Instant::now() + HEARTBEAT_WARMUP;
+    let heartbeats_began = Instant::now();
+    let began = heartbeats_began + HEARTBEAT_WARMUP;
     let mut next_failure = began;
     let mut sampler = Sampler::new(Duration::from_secs_f64(a.sample_s), &settings.state_dir);
     let groups = [
@@ -441,6 +458,15 @@ pub async fn run(
         }
     }
     let text = metrics.render();
+    // The detector's rate over the whole run; its capacity when it lagged
+    // throughout (a detector that keeps up reads at the input rate).
+    let detector_consume_per_s =
+        inputs_in(&text) / heartbeats_began.elapsed().as_secs_f64().max(1e-9);
+    let raw_consume_per_s = raw_consume_per_s(
+        &bus.brokers,
+        &[&topic("agent"), &topic("logs")],
+        produced(&sent),
+    );
     let records = |direction: &str, name: &str| {
         sampling::metric_sum(
             &text,
@@ -538,6 +564,8 @@ pub async fn run(
         "evidence_to_failure_by_kind": by_kind,
         "heartbeat_ack": heartbeat_ack.json(),
         "unexpected_failures": run.unexpected,
+        "unexpected_why": run.unexpected_why,
+        "unexpected_samples": run.unexpected_samples,
         "undetected": undetected,
         "misclassified": run.misclassified,
         "decided_without_command": run.no_command,
@@ -545,6 +573,8 @@ pub async fn run(
         "max_lag_records": max_lag,
         "lag_at_end_of_failures": lag_at_end_of_failures,
         "stages": stages,
+        "detector_consume_per_s": detector_consume_per_s,
+        "raw_consume_per_s": raw_consume_per_s,
         "planner_rss_mb": sampling::rss_mb(),
         "state_mb": sampling::dir_mb(&settings.state_dir),
         "restart_s": null,
@@ -583,6 +613,45 @@ pub async fn run(
     }
     crate::merge(&mut result, crate::growth(a, &sampler));
     (result, unanswered + stage_shortfall)
+}
+
+/// Records/s a plain rdkafka consumer reads the detector's input topics at,
+/// from their beginning, on the run's brokers: the transport's limit on
+/// this machine for the detector's records (`records` of them; at most 120 s).
+fn raw_consume_per_s(brokers: &str, topics: &[&str], records: u64) -> f64 {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+    let raw: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "raw-consume")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a raw consumer");
+    let mut assignment = TopicPartitionList::new();
+    for topic in topics {
+        let metadata = raw
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .expect("topic metadata");
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                assignment
+                    .add_partition_offset(topic, p.id(), Offset::Beginning)
+                    .expect("a partition");
+            }
+        }
+    }
+    raw.assign(&assignment).expect("assigned");
+    let (mut seen, mut first) = (0u64, None);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while seen < records && Instant::now() < deadline {
+        if let Some(Ok(_)) = raw.poll(Duration::from_millis(100)) {
+            first.get_or_insert_with(Instant::now);
+            seen += 1;
+        }
+    }
+    first.map_or(0.0, |f: Instant| {
+        seen as f64 / f.elapsed().as_secs_f64().max(1e-9)
+    })
 }
 
 /// The bench's consumer topics: (failures, decisions, commands).
@@ -741,6 +810,7 @@ impl Run {
             last[j] = Some(Instant::now());
         }
         self.injected += 1;
+        self.injected_at.insert((c, n), Instant::now());
         self.pending.insert(
             (c, n),
             Injection {
@@ -808,6 +878,29 @@ impl Run {
                 .unexpected
                 .entry(failure.kind.symbol().to_string())
                 .or_default() += 1;
+            let history = match key.map(|k| self.injected_at.get(&k)) {
+                None => "no node".to_string(),
+                Some(None) => "never injected".to_string(),
+                Some(Some(at)) => format!("injected {:.0} s before", at.elapsed().as_secs_f64()),
+            };
+            let why = format!(
+                "{} {} {} ({})",
+                failure.kind.symbol(),
+                failure.method.symbol(),
+                failure.rule.as_deref().unwrap_or("-"),
+                history.split(' ').next().unwrap_or("")
+            );
+            *self.unexpected_why.entry(why).or_default() += 1;
+            if self.unexpected_samples.len() < 12 {
+                self.unexpected_samples.push(serde_json::json!({
+                    "id": failure.id,
+                    "node": failure.node,
+                    "job": failure.job,
+                    "history": history,
+                    "detected_after_evidence_ms": failure.detected_ms - failure.first_evidence_ms,
+                    "evidence": failure.evidence.iter().map(|e| format!("{}[{}]@{} {}", e.topic, e.partition, e.offset, e.excerpt)).collect::<Vec<_>>(),
+                }));
+            }
             return;
         };
         if injection.detected.is_none() {

@@ -193,6 +193,30 @@ impl SourceClocks {
         }
     }
 
+    /// `partition` of `topic` was found to have unread records after its
+    /// newest record read looked like its end: it holds the watermark back
+    /// again, at the newest time read from it, until read to its end.
+    pub fn mark_behind(&mut self, topic: &str, partition: i32) {
+        if let Some(clock) = self
+            .clocks
+            .get_mut(topic)
+            .and_then(|c| c.get_mut(&partition))
+            && !clock.behind
+        {
+            clock.behind = true;
+            self.behind += 1;
+        }
+    }
+
+    /// Whether `partition` of `topic` holds the watermark back; `None` if
+    /// nothing was read from it.
+    pub fn is_behind(&self, topic: &str, partition: i32) -> Option<bool> {
+        self.clocks
+            .get(topic)
+            .and_then(|c| c.get(&partition))
+            .map(|clock| clock.behind)
+    }
+
     /// Partitions whose latest record was read while more were known to be
     /// on them.
     pub fn behind_partitions(&self) -> Vec<(String, i32)> {

@@ -75,22 +75,32 @@ impl Incident {
     }
 }
 
-/// Symptoms held together, keyed by job (or node when no job is known).
+/// Symptoms held together, keyed by job (or node when no job is known),
+/// within one correlation window of event time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Group {
     pub job: Option<String>,
     pub node: Option<String>,
+    /// The first member's time: the window is `[opened_ms, deadline_ms]`.
+    pub opened_ms: i64,
     pub deadline_ms: i64,
     pub members: Vec<Candidate>,
 }
 
 impl Group {
+    /// Whether `c` belongs here: the same job (or node), and within the
+    /// window by event time. A symptom from after the window is another
+    /// fault even while the group is still open because the watermark is
+    /// held back (a backlog): grouping must not depend on how late the
+    /// detector reads.
     fn holds(&self, c: &Candidate) -> bool {
-        match (&self.job, &c.job) {
+        let same = match (&self.job, &c.job) {
             (Some(a), Some(b)) => a == b,
             (None, None) => self.node == c.node,
             _ => false,
-        }
+        };
+        let window = self.deadline_ms - self.opened_ms;
+        same && (self.opened_ms - window..=self.deadline_ms).contains(&c.time_ms)
     }
 
     /// Nodes that reported a symptom in this group, in order.
@@ -149,6 +159,7 @@ impl Correlator {
                 None => self.groups.push(Group {
                     job: c.job.clone(),
                     node: c.node.clone(),
+                    opened_ms: c.time_ms,
                     deadline_ms: c.time_ms + ms(config.correlation_window_s),
                     members: vec![c],
                 }),

@@ -226,6 +226,20 @@ impl Detector {
         self.clocks.mark_caught_up(topic, partition);
     }
 
+    /// The service found `partition` to have unread records, or could not
+    /// confirm where it ends, after the newest record read from it looked
+    /// like its end: a partition the consumer has fallen behind on (or
+    /// whose leader is gone) holds the watermark back, so nodes whose
+    /// heartbeats wait there are not silent. Recorded in the round.
+    pub fn mark_behind(&mut self, topic: &str, partition: i32) {
+        self.clocks.mark_behind(topic, partition);
+    }
+
+    /// Whether a partition holds the watermark back (`None`: never read).
+    pub fn partition_behind(&self, topic: &str, partition: i32) -> Option<bool> {
+        self.clocks.is_behind(topic, partition)
+    }
+
     /// The clusters that wait on an idle tick, with their clocks: a timer
     /// is pending (a heartbeat deadline, held symptoms, a job's hang) and
     /// every partition that carried the cluster's records has been read to
@@ -276,7 +290,7 @@ impl Detector {
             let watermark = self
                 .clocks
                 .watermark(newest, &pass.view.sources, &self.config);
-            pass.fire_timers(newest, watermark, self.silence_timers_held);
+            pass.fire_timers(watermark, self.silence_timers_held);
         }
         let emitted = std::mem::take(&mut pass.emitted);
         let detected_ms = pass.view.clock.now().unwrap_or(0);
@@ -401,19 +415,21 @@ impl ClusterPass<'_> {
     }
 
     /// Fires every timer `watermark` has passed (the heartbeat and hang
-    /// timers unless `silence_held`); `newest` is the cluster's clock.
-    fn fire_timers(&mut self, newest: i64, watermark: i64, silence_held: bool) {
-        let due = if silence_held {
-            Vec::new()
-        } else {
-            timers::due(self.view, watermark, self.config)
+    /// timers unless `silence_held`).
+    fn fire_timers(&mut self, watermark: i64, silence_held: bool) {
+        // How far silence is evidence; `None` while held.
+        let silence =
+            (!silence_held).then(|| timers::silence_watermark(self.view, watermark, self.config));
+        let due = match silence {
+            Some(silence) => timers::due(self.view, silence, self.config),
+            None => Vec::new(),
         };
         let groups = self.view.correlator.expired(watermark);
         for c in due {
             self.offer(c);
         }
         for group in groups {
-            let c = self.resolve_group(group, newest);
+            let c = self.resolve_group(group, silence);
             self.emit(c);
         }
         self.view.correlator.prune(watermark, self.config);
@@ -442,7 +458,10 @@ impl ClusterPass<'_> {
     /// One event for a group of symptoms: a silent peer of the job if there
     /// is one (the node that died and made every other rank time out), else
     /// the dominant symptom, on the one reporting node if there is only one.
-    fn resolve_group(&self, group: Group, newest: i64) -> Candidate {
+    /// Silence is judged as the heartbeat timers judge it (`silence`, `None`
+    /// while they are held): a peer whose heartbeats wait in a partition
+    /// that is behind is not silent.
+    fn resolve_group(&self, group: Group, silence: Option<i64>) -> Candidate {
         let view = &*self.view;
         let first = group.members[0].clone();
         let evidence: Vec<Evidence> = group
@@ -460,12 +479,9 @@ impl ClusterPass<'_> {
                 .filter(|n| !reporters.contains(&n.as_str()))
                 .filter(|n| {
                     view.nodes.get(*n).is_some_and(|v| {
-                        // Silent against the watermark, as deadlines are:
-                        // a heartbeat up to the lateness late still counts.
                         v.lost_at_ms.is_none()
-                            && v.heard_ms.is_some_and(|t| {
-                                t + ms(self.config.suspect_after_s)
-                                    < newest - ms(self.config.allowed_lateness_s)
+                            && v.heard_ms.zip(silence).is_some_and(|(t, silence)| {
+                                t + ms(self.config.suspect_after_s) < silence
                             })
                     })
                 })

@@ -29,8 +29,8 @@ pub struct RoundOutput {
 impl Detector {
     /// Applies one round. `inputs` are the observations of exactly the
     /// records `round.ranges` names, in any order. In order: a reset if the
-    /// round says so, the timer hold, the partitions found caught up, the
-    /// inputs in canonical order (a record counts as caught up only if it is
+    /// round says so, the timer hold, the partitions found caught up and
+    /// those found behind, the inputs in canonical order (a record counts as caught up only if it is
     /// the last of its partition in the round and was read as the newest),
     /// then the idle ticks.
     pub fn apply_round(
@@ -44,6 +44,9 @@ impl Detector {
         self.hold_silence_timers(round.silence_held);
         for p in &round.caught_up {
             self.mark_caught_up(&p.topic, p.partition);
+        }
+        for p in &round.behind {
+            self.mark_behind(&p.topic, p.partition);
         }
         let mut last: BTreeMap<(&str, i32), (i64, bool)> = BTreeMap::new();
         for r in &round.ranges {

@@ -142,14 +142,13 @@ pub(super) fn pending(view: &ClusterView, config: &DetectorConfig) -> bool {
             .any(|j| j.hang_deadline_ms(config).is_some())
 }
 
-/// The heartbeat and hang timers of `view` the watermark has passed, in
-/// deadline order.
+/// The heartbeat and hang timers of `view` the silence watermark
+/// ([`silence_watermark`]) has passed, in deadline order.
 pub(super) fn due(
     view: &mut ClusterView,
     watermark: i64,
     config: &DetectorConfig,
 ) -> Vec<Candidate> {
-    let watermark = silence_watermark(view, watermark, config);
     let mut due = lost_nodes(view, watermark);
     hung_jobs(view, watermark, config, &mut due);
     due.sort_by_key(|(at, _)| *at);
@@ -161,7 +160,11 @@ pub(super) fn due(
 /// next to one that is heard; when every node is silent, idle ticks carry
 /// it on `all_silent_grace_s` behind the watermark; and just after such a
 /// spell, no further than its start (`ClusterClock::recovering`).
-fn silence_watermark(view: &ClusterView, watermark: i64, config: &DetectorConfig) -> i64 {
+pub(super) fn silence_watermark(
+    view: &ClusterView,
+    watermark: i64,
+    config: &DetectorConfig,
+) -> i64 {
     let Some(heard) = view.clock.newest_reported() else {
         return watermark - ms(config.all_silent_grace_s);
     };

@@ -29,6 +29,12 @@ pub struct DetectorRound {
     pub ticks: Vec<RoundTick>,
     /// The ids of the failures the round emitted, in order.
     pub failures: Vec<String>,
+    /// Partitions found to have unread records (or whose end the consumer
+    /// could not confirm) since the previous round, though the last record
+    /// read from them was their newest then: they hold the timers back
+    /// again until read.
+    #[serde(default)]
+    pub behind: Vec<PartitionRef>,
 }
 
 /// A topic's partition.
