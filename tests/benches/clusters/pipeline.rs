@@ -199,8 +199,13 @@ pub async fn run(
         detector_settings.clone(),
     );
     tokio::spawn(async move {
-        // Ends with an error when the broker stops at exit; not measured.
-        let _ = unicron_detector::run(&k, &b, s.build().unwrap(), std::future::pending()).await;
+        // Ends with an error when the broker stops at exit; any other is
+        // worth seeing (the run then shows every failure unanswered).
+        if let Err(e) =
+            unicron_detector::run(&k, &b, s.build().unwrap(), std::future::pending()).await
+        {
+            eprintln!("detector stopped: {e}");
+        }
     });
     start_planner(bus, settings);
     let out = Consumer::new(
