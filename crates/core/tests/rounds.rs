@@ -321,7 +321,8 @@ fn replay_finds_a_round_that_does_not_match_the_records() {
 
 /// Six nodes of one job, each on its own agent partition, heartbeating
 /// every second for 140 s; n1 logs an NCCL timeout at 50 s and n2 a refused
-/// connection at 58 s (two faults, 8 s apart), and n4 dies at 100 s.
+/// connection at 58 s (two faults, 8 s apart), n3's GPU falls off the bus at
+/// 70 s, and n4 dies at 100 s.
 fn log_of_two_symptoms_and_a_death() -> Vec<Stored> {
     let mut out = Vec::new();
     let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
@@ -370,6 +371,16 @@ fn log_of_two_symptoms_and_a_death() -> Vec<Stored> {
                 "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
             );
             put(LOGS, 0, Observation::Log(nccl), t);
+        }
+        if s == 70 {
+            let t = T0 + s * 1000 + 500;
+            let xid = line(
+                "n3",
+                2,
+                t,
+                "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1943, GPU has fallen off the bus.",
+            );
+            put(LOGS, 2, Observation::Log(xid), t);
         }
         if s == 58 {
             let t = T0 + s * 1000 + 500;
@@ -439,7 +450,8 @@ fn read_behind(log: &[Stored], lag: impl Fn(&Stored) -> i64, batch: usize) -> Ve
 /// three minutes late from 20 s on. Its heartbeats wait unread, so n6 is
 /// not the silent peer behind n1's NCCL timeout, and n2's refused
 /// connection 8 s later is a fault of its own even though n1's window is
-/// still open (the watermark is held back). n4, which really died, is
+/// still open (the watermark is held back); n3's Xid 12 s after that is
+/// not their root cause for the same reason. n4, which really died, is
 /// found lost once the backlog is read. The same records read in order
 /// give the same failures, and the lagging run replays exactly.
 #[test]
@@ -466,11 +478,12 @@ fn a_backlog_makes_late_verdicts_never_false_ones() {
     let expected: BTreeSet<_> = [
         (FailureKind::NcclTimeout, "n1".to_string()),
         (FailureKind::ConnectionRefused, "n2".to_string()),
+        (FailureKind::GpuDriverError, "n3".to_string()),
         (FailureKind::LostConnection, "n4".to_string()),
     ]
     .into();
     assert_eq!(brief(&behind), expected, "{:#?}", behind.published);
-    assert_eq!(behind.published.len(), 3, "{:#?}", behind.published);
+    assert_eq!(behind.published.len(), 4, "{:#?}", behind.published);
     assert_eq!(found(&behind.published), found(&in_order.published));
     let replayed = replay_rounds(
         &behind.rounds,

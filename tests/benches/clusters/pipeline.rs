@@ -26,7 +26,10 @@
 //! (false verdicts), `unexpected_why` the same by rule, method and the
 //! node's history, with a few in `unexpected_samples`.
 //! `detector_consume_per_s` is the detector's input records over the whole
-//! run (its capacity when its lag never reached 0), `raw_consume_per_s` a
+//! run (the input rate when it keeps up), `detector_catch_up_per_s` its
+//! read rate over the sampling intervals it lagged by more than 20,000
+//! records throughout (its capacity beside everything else this machine
+//! runs), `detector_at_end` its holds and lag gauges, `raw_consume_per_s` a
 //! plain rdkafka consumer reading the same input topics from their start on
 //! the same brokers at the end of the run: the transport's limit.
 
@@ -59,6 +62,8 @@ const SLOTS: usize = 10;
 /// Heartbeats before the first failure: every node is known to the
 /// detector and the clusters' clocks run.
 const HEARTBEAT_WARMUP: Duration = Duration::from_secs(10);
+/// A detector lag (records) above which it reads as fast as it can.
+const CATCHING_UP: f64 = 20_000.0;
 /// How long the run waits for the last failures' commands.
 const DRAIN: Duration = Duration::from_secs(120);
 
@@ -157,6 +162,11 @@ struct Run {
     unexpected_samples: Vec<serde_json::Value>,
     /// Nodes ever injected, with the latest injection's time.
     injected_at: HashMap<(usize, usize), Instant>,
+    /// Every failure read, by cluster: (when, kind, node, job, rule), to
+    /// show what became of an injection never detected.
+    read_by_cluster: HashMap<usize, Vec<(Instant, String)>>,
+    /// The job each pending injection's evidence named.
+    injected_job: HashMap<(usize, usize), Option<String>>,
     /// Injected kind → a different detected kind.
     misclassified: BTreeMap<String, usize>,
     /// Why a failure was decided without a command, by reason.
@@ -243,6 +253,8 @@ pub async fn run(
         unexpected_why: BTreeMap::new(),
         unexpected_samples: Vec::new(),
         injected_at: HashMap::new(),
+        read_by_cluster: HashMap::new(),
+        injected_job: HashMap::new(),
         misclassified: BTreeMap::new(),
         no_command: BTreeMap::new(),
         decisions: 0,
@@ -319,6 +331,21 @@ pub async fn run(
         .map(|m| began + Duration::from_secs_f64(m * 60.0));
     let (fault_done, mut fault_report) = tokio::sync::mpsc::channel(1);
     let mut broker_fault: Option<(u32, Instant, Instant)> = None;
+    let inputs_in = |text: &str| {
+        sampling::metric_sum(
+            text,
+            "unicron_records_in_total",
+            &[&format!("topic=\"{}\"", topic("agent"))],
+        ) + sampling::metric_sum(
+            text,
+            "unicron_records_in_total",
+            &[&format!("topic=\"{}\"", topic("logs"))],
+        ) - sampling::metric_sum(text, "unicron_detector_idle_ticks_total", &[])
+    };
+    // (wall time, detector inputs read, its lag) at the previous sample,
+    // and its read rates over the intervals it lagged throughout.
+    let mut previous: Option<(Instant, f64, f64)> = None;
+    let mut catch_up_rates: Vec<f64> = Vec::new();
     loop {
         let injecting = run.injected < total;
         if !injecting && drain_until.is_none() {
@@ -413,6 +440,14 @@ pub async fn run(
                     let max = max_lag.entry(stage).or_default();
                     *max = max.max(*value);
                 }
+                let read = inputs_in(&text);
+                if let Some((at, read_then, lag_then)) = previous
+                    && lag_then > CATCHING_UP
+                    && lags[0].1 > CATCHING_UP
+                {
+                    catch_up_rates.push((read - read_then) / at.elapsed().as_secs_f64());
+                }
+                previous = Some((Instant::now(), read, lags[0].1));
                 eprintln!(
                     "t={:.0}s injected={} failures={} commanded={} pending={} decisions={} rss={:.1}MB state={:.1}MB lag detector={:.0} planner={:.0} heartbeat-ack-p99={:.0}ms",
                     sample.t_s, run.injected, run.failures_consumed, run.commanded, run.pending.len(),
@@ -433,17 +468,6 @@ pub async fn run(
     // Heartbeats stop; the detector reads what is left of its inputs.
     let produced = |sent: &Sent| {
         sent.heartbeats.load(Ordering::Relaxed) + sent.evidence.load(Ordering::Relaxed)
-    };
-    let inputs_in = |text: &str| {
-        sampling::metric_sum(
-            text,
-            "unicron_records_in_total",
-            &[&format!("topic=\"{}\"", topic("agent"))],
-        ) + sampling::metric_sum(
-            text,
-            "unicron_records_in_total",
-            &[&format!("topic=\"{}\"", topic("logs"))],
-        ) - sampling::metric_sum(text, "unicron_detector_idle_ticks_total", &[])
     };
     let commands_out = |text: &str| {
         sampling::metric_sum(
@@ -530,8 +554,41 @@ pub async fn run(
     }
     let unanswered = run.pending.len();
     let mut undetected = BTreeMap::<&str, usize>::new();
-    for injection in run.pending.values().filter(|i| i.detected.is_none()) {
+    let mut undetected_samples = Vec::new();
+    for (&(c, n), injection) in run.pending.iter().filter(|(_, i)| i.detected.is_none()) {
         *undetected.entry(injection.kind.symbol()).or_default() += 1;
+        if undetected_samples.len() < 8 {
+            // What the detector said about the cluster around then.
+            let nearby: Vec<String> = run
+                .read_by_cluster
+                .get(&c)
+                .into_iter()
+                .flatten()
+                .filter(|(at, _)| {
+                    at.saturating_duration_since(injection.produced) < Duration::from_secs(90)
+                        && injection.produced.saturating_duration_since(*at)
+                            < Duration::from_secs(90)
+                })
+                .map(|(at, what)| {
+                    let after = at
+                        .saturating_duration_since(injection.produced)
+                        .as_secs_f64()
+                        - injection
+                            .produced
+                            .saturating_duration_since(*at)
+                            .as_secs_f64();
+                    format!("{after:+.1}s {what}")
+                })
+                .collect();
+            undetected_samples.push(serde_json::json!({
+                "cluster": cluster_name(c),
+                "node": node_name(n),
+                "job": run.injected_job.get(&(c, n)),
+                "kind": injection.kind.symbol(),
+                "injected_s": injection.produced.saturating_duration_since(began).as_secs_f64(),
+                "failures_of_the_cluster_within_90_s": nearby,
+            }));
+        }
     }
     if unanswered > 0 {
         eprintln!(
@@ -572,6 +629,7 @@ pub async fn run(
         "unexpected_why": run.unexpected_why,
         "unexpected_samples": run.unexpected_samples,
         "undetected": undetected,
+        "undetected_samples": undetected_samples,
         "misclassified": run.misclassified,
         "decided_without_command": run.no_command,
         "rotation_skips": skipped_turns,
@@ -579,6 +637,17 @@ pub async fn run(
         "lag_at_end_of_failures": lag_at_end_of_failures,
         "stages": stages,
         "detector_consume_per_s": detector_consume_per_s,
+        // Its capacity, measured in the run: the mean read rate over the
+        // intervals it lagged by more than CATCHING_UP records throughout.
+        "detector_catch_up_per_s": (!catch_up_rates.is_empty())
+            .then(|| catch_up_rates.iter().sum::<f64>() / catch_up_rates.len() as f64),
+        "detector_at_end": {
+            "silence_timers_held": sampling::metric_sum(&text, "unicron_detector_silence_timers_held", &[]),
+            "lag_guard_held": sampling::metric_sum(&text, "unicron_detector_lag_guard_held", &[]),
+            "input_lag_records": sampling::metric_sum(&text, "unicron_detector_input_lag_records", &[]),
+            "partition_delay_s": sampling::metric_sum(&text, "unicron_detector_partition_delay_seconds", &[]),
+            "rounds": sampling::metric_sum(&text, "unicron_detector_rounds_total", &[]),
+        },
         "raw_consume_per_s": raw_consume_per_s,
         "planner_rss_mb": sampling::rss_mb(),
         "state_mb": sampling::dir_mb(&settings.state_dir),
@@ -816,6 +885,7 @@ impl Run {
         }
         self.injected += 1;
         self.injected_at.insert((c, n), Instant::now());
+        self.injected_job.insert((c, n), job.clone());
         self.pending.insert(
             (c, n),
             Injection {
@@ -873,6 +943,19 @@ impl Run {
 
     fn on_failure(&mut self, failure: FailureEvent) {
         self.failures_consumed += 1;
+        if let Some(&c) = self.cluster_index.get(&failure.cluster) {
+            self.read_by_cluster.entry(c).or_default().push((
+                Instant::now(),
+                format!(
+                    "{} node={} job={} rule={} first_evidence={}",
+                    failure.kind.symbol(),
+                    failure.node.as_deref().unwrap_or("-"),
+                    failure.job.as_deref().unwrap_or("-"),
+                    failure.rule.as_deref().unwrap_or("-"),
+                    failure.first_evidence_ms
+                ),
+            ));
+        }
         let key = self
             .cluster_index
             .get(&failure.cluster)

@@ -167,13 +167,22 @@ impl Correlator {
             return Offer::Held;
         }
         if !held_as_symptom(&c) {
-            // A root cause takes the symptoms already held for its job/node.
+            // A root cause takes the symptoms already held for its job/node,
+            // if they are ones its incident would absorb (from one window
+            // before it on): a group still open only because the watermark
+            // is held back is no echo of a fault seconds after it.
+            let earliest = c.time_ms - ms(config.correlation_window_s);
+            let latest = c.time_ms + ms(config.dedupe_window_s);
             let mut i = 0;
             while i < self.groups.len() {
                 let g = &self.groups[i];
                 let related = (c.job.is_some() && g.job == c.job)
                     || (c.node.is_some() && g.job.is_none() && g.node == c.node);
-                if related {
+                let echo = g
+                    .members
+                    .iter()
+                    .all(|m| (earliest..=latest).contains(&m.time_ms));
+                if related && echo {
                     let g = self.groups.remove(i);
                     for m in g.members {
                         c.evidence.extend(m.evidence);
