@@ -319,6 +319,29 @@ fn replay_finds_a_round_that_does_not_match_the_records() {
     assert_eq!(replayed.comparison.first_divergence.unwrap().what, "round");
 }
 
+/// The log lines of [`log_of_two_symptoms_and_a_death`]: (second, node,
+/// rank and logs partition, line).
+const LINES: [(i64, &str, i32, &str); 3] = [
+    (
+        50,
+        "n1",
+        0,
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+    ),
+    (
+        58,
+        "n2",
+        1,
+        "RuntimeError: The client socket has failed to connect to [n0061]:29500 (errno: 111 - Connection refused).",
+    ),
+    (
+        70,
+        "n3",
+        2,
+        "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1943, GPU has fallen off the bus.",
+    ),
+];
+
 /// Six nodes of one job, each on its own agent partition, heartbeating
 /// every second for 140 s; n1 logs an NCCL timeout at 50 s and n2 a refused
 /// connection at 58 s (two faults, 8 s apart), n3's GPU falls off the bus at
@@ -362,35 +385,11 @@ fn log_of_two_symptoms_and_a_death() -> Vec<Stored> {
             beat.job = Some("j1".into());
             put(AGENT, p, Observation::Agent(beat), t);
         }
-        if s == 50 {
-            let t = T0 + s * 1000 + 500;
-            let nccl = line(
-                "n1",
-                0,
-                t,
-                "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
-            );
-            put(LOGS, 0, Observation::Log(nccl), t);
-        }
-        if s == 70 {
-            let t = T0 + s * 1000 + 500;
-            let xid = line(
-                "n3",
-                2,
-                t,
-                "kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1943, GPU has fallen off the bus.",
-            );
-            put(LOGS, 2, Observation::Log(xid), t);
-        }
-        if s == 58 {
-            let t = T0 + s * 1000 + 500;
-            let refused = line(
-                "n2",
-                1,
-                t,
-                "RuntimeError: The client socket has failed to connect to [n0061]:29500 (errno: 111 - Connection refused).",
-            );
-            put(LOGS, 1, Observation::Log(refused), t);
+        for (at, node, rank, text) in LINES {
+            if s == at {
+                let t = T0 + s * 1000 + 500;
+                put(LOGS, rank, Observation::Log(line(node, rank, t, text)), t);
+            }
         }
     }
     out
