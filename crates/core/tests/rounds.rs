@@ -35,15 +35,20 @@ struct Stored {
     arrives: i64,
 }
 
-/// Three nodes of one job, each on its own agent partition, heartbeating
-/// and finishing an iteration every second; n3 dies at 20 s and n1 logs
-/// an NCCL timeout at 26 s (a symptom of the loss, absorbed by it). `late_ms` delays partition 1's arrivals.
-fn log_of_a_cluster(late_ms: i64) -> Vec<Stored> {
-    let mut out = Vec::new();
-    let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    let mut put = |topic: &str, partition: i32, observation: Observation, arrives: i64| {
-        let offset = offsets.entry((topic.to_string(), partition)).or_insert(0);
-        out.push(Stored {
+/// A log being written: each record at the next offset of its partition.
+#[derive(Default)]
+struct Log {
+    records: Vec<Stored>,
+    offsets: BTreeMap<(String, i32), i64>,
+}
+
+impl Log {
+    fn put(&mut self, topic: &str, partition: i32, observation: Observation, arrives: i64) {
+        let offset = self
+            .offsets
+            .entry((topic.to_string(), partition))
+            .or_insert(0);
+        self.records.push(Stored {
             source: SourceRecord {
                 topic: topic.into(),
                 partition,
@@ -54,6 +59,16 @@ fn log_of_a_cluster(late_ms: i64) -> Vec<Stored> {
             arrives,
         });
         *offset += 1;
+    }
+}
+
+/// Three nodes of one job, each on its own agent partition, heartbeating
+/// and finishing an iteration every second; n3 dies at 20 s and n1 logs
+/// an NCCL timeout at 26 s (a symptom of the loss, absorbed by it). `late_ms` delays partition 1's arrivals.
+fn log_of_a_cluster(late_ms: i64) -> Vec<Stored> {
+    let mut log = Log::default();
+    let mut put = |topic: &str, partition: i32, observation: Observation, arrives: i64| {
+        log.put(topic, partition, observation, arrives)
     };
     for s in 0..40 {
         for (p, node) in ["n1", "n2", "n3"].into_iter().enumerate() {
@@ -87,7 +102,7 @@ fn log_of_a_cluster(late_ms: i64) -> Vec<Stored> {
             put(LOGS, 0, Observation::Log(line), s * 1000 + 500);
         }
     }
-    out
+    log.records
 }
 
 /// A live detector instance: reads what has arrived, in arrival order
@@ -347,21 +362,9 @@ const LINES: [(i64, &str, i32, &str); 3] = [
 /// connection at 58 s (two faults, 8 s apart), n3's GPU falls off the bus at
 /// 70 s, and n4 dies at 100 s.
 fn log_of_two_symptoms_and_a_death() -> Vec<Stored> {
-    let mut out = Vec::new();
-    let mut offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut log = Log::default();
     let mut put = |topic: &str, partition: i32, observation: Observation, at: i64| {
-        let offset = offsets.entry((topic.to_string(), partition)).or_insert(0);
-        out.push(Stored {
-            source: SourceRecord {
-                topic: topic.into(),
-                partition,
-                offset: *offset,
-                index: 0,
-            },
-            observation,
-            arrives: at - T0,
-        });
-        *offset += 1;
+        log.put(topic, partition, observation, at - T0)
     };
     let line = |node: &str, rank: i32, time_ms: i64, line: &str| LogRecord {
         cluster: "c1".into(),
@@ -392,7 +395,7 @@ fn log_of_two_symptoms_and_a_death() -> Vec<Stored> {
             }
         }
     }
-    out
+    log.records
 }
 
 /// A round's records and the partitions the service found behind before it.
