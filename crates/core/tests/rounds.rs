@@ -195,25 +195,9 @@ impl Live {
 /// caught up when nothing newer on its partition had arrived by the time
 /// its batch was read.
 fn batches(log: &[Stored], batch: usize) -> Vec<Vec<(Stored, bool)>> {
-    let mut order: Vec<&Stored> = log.iter().collect();
-    order.sort_by_key(|s| (s.arrives, s.source.partition, s.source.offset));
-    order
-        .chunks(batch)
-        .map(|chunk| {
-            let read_at = chunk.iter().map(|s| s.arrives).max().unwrap();
-            chunk
-                .iter()
-                .map(|s| {
-                    let newer_arrived = log.iter().any(|o| {
-                        o.source.topic == s.source.topic
-                            && o.source.partition == s.source.partition
-                            && o.source.offset > s.source.offset
-                            && o.arrives <= read_at
-                    });
-                    ((*s).clone(), !newer_arrived)
-                })
-                .collect()
-        })
+    read_behind(log, |_| 0, batch)
+        .into_iter()
+        .map(|(records, _)| records)
         .collect()
 }
 
