@@ -2,7 +2,8 @@
 # Many clusters on one planner service, failures at a multiple of the
 # paper setting's rate:
 #
-#   tools/bench/clusters.sh [--pipeline [--kill-broker-after-minutes K] | --planners N
+#   tools/bench/clusters.sh [--pipeline [--kill-broker-after-minutes K] [--detectors N]
+#                            [--add-detector-after-minutes K] | --planners N
 #                            [--kill-after-minutes K] [--replay]]
 #                           [--kafka | --broker-process | --brokers HOST:PORT]
 #                           [--clusters N] [--gpus-per-cluster G] [--minutes M]
@@ -22,6 +23,9 @@
 # --kafka) SIGKILLs the broker leading the failures topic's first
 # partition K minutes into the failures and restarts it 20 s later; the
 # result then splits failure -> command by before, during and after.
+# --detectors N runs N detector instances in one group (in this process);
+# --add-detector-after-minutes K starts one more K minutes into the
+# failures, so the group rebalances under load.
 # --broker-process runs the embedded broker in a process of its own, so
 # the measured process's memory is the services' alone.
 #

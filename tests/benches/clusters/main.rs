@@ -74,6 +74,11 @@ pub struct Args {
     /// Minutes into the failures at which the pipeline mode kills the
     /// leader broker of the failures topic's first partition (`--kafka`).
     kill_broker_after_minutes: Option<f64>,
+    /// Detector instances in the pipeline's group from the start.
+    detectors: usize,
+    /// Minutes into the failures at which one more detector instance
+    /// joins the group (a rebalance under load).
+    add_detector_after_minutes: Option<f64>,
     sample_s: f64,
     warmup_minutes: Option<f64>,
     /// Event seconds from an isolation's success to the node's repair.
@@ -96,6 +101,8 @@ fn args() -> Args {
         broker_label: None,
         kafka: false,
         kill_broker_after_minutes: None,
+        detectors: 1,
+        add_detector_after_minutes: None,
         sample_s: 5.0,
         warmup_minutes: None,
         repair_s: 30.0,
@@ -130,6 +137,10 @@ fn args() -> Args {
             "--planners" => a.planners = number("--planners") as usize,
             "--unicron" => a.unicron = Some(value.into()),
             "--kill-after-minutes" => a.kill_after_minutes = number("--kill-after-minutes"),
+            "--detectors" => a.detectors = number("--detectors") as usize,
+            "--add-detector-after-minutes" => {
+                a.add_detector_after_minutes = Some(number("--add-detector-after-minutes"))
+            }
             "--kill-broker-after-minutes" => {
                 a.kill_broker_after_minutes = Some(number("--kill-broker-after-minutes"))
             }
@@ -157,6 +168,12 @@ fn args() -> Args {
             "--clusters must be at least 1, --gpus-per-cluster at least {} and --sample-s positive",
             JOBS * 8
         );
+        std::process::exit(2);
+    }
+    if (a.detectors != 1 || a.add_detector_after_minutes.is_some()) && !a.pipeline
+        || a.detectors == 0
+    {
+        eprintln!("--detectors (at least 1) and --add-detector-after-minutes need --pipeline");
         std::process::exit(2);
     }
     if a.kill_broker_after_minutes.is_some() && !(a.kafka && a.pipeline) {

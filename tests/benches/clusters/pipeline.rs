@@ -18,6 +18,11 @@
 //! root cause of the same job, or within the correlation window of another
 //! symptom of it. Each injected failure then owes exactly one command.
 //!
+//! `--detectors N` runs N detector services in one consumer group (they
+//! split the input partitions), `--add-detector-after-minutes K` starts one
+//! more K minutes into the failures: the group rebalances under load, and
+//! whatever the members lose or repeat shows in the counts below.
+//!
 //! Measured per failure: evidence produced → failure record consumed →
 //! first command naming it consumed, and per stage the records produced
 //! against those consumed. A failure that never got a command fails the
@@ -203,20 +208,9 @@ pub async fn run(
         group_id: format!("{}detector", bus.kafka.topic_prefix),
         ..DetectorSettings::default()
     };
-    let (k, b, s) = (
-        bus.kafka.clone(),
-        bus.brokers.clone(),
-        detector_settings.clone(),
-    );
-    tokio::spawn(async move {
-        // Ends with an error when the broker stops at exit; any other is
-        // worth seeing (the run then shows every failure unanswered).
-        if let Err(e) =
-            unicron_detector::run(&k, &b, s.build().unwrap(), std::future::pending()).await
-        {
-            eprintln!("detector stopped: {e}");
-        }
-    });
+    for _ in 0..a.detectors {
+        start_detector(bus, &detector_settings);
+    }
     start_planner(bus, settings);
     let out = Consumer::new(
         &bus.kafka,
@@ -330,6 +324,9 @@ pub async fn run(
         .kill_broker_after_minutes
         .map(|m| began + Duration::from_secs_f64(m * 60.0));
     let (fault_done, mut fault_report) = tokio::sync::mpsc::channel(1);
+    let mut add_detector_at = a
+        .add_detector_after_minutes
+        .map(|m| began + Duration::from_secs_f64(m * 60.0));
     let mut broker_fault: Option<(u32, Instant, Instant)> = None;
     let inputs_in = |text: &str| {
         sampling::metric_sum(
@@ -425,6 +422,11 @@ pub async fn run(
                     eprintln!("broker {leader} back, every partition in sync after {:.1} s", killed.elapsed().as_secs_f64());
                     let _ = done.blocking_send((leader, killed, Instant::now()));
                 });
+            }
+            _ = tokio::time::sleep_until(add_detector_at.unwrap_or(next_slot).into()), if add_detector_at.is_some() => {
+                add_detector_at = None;
+                eprintln!("one more detector joins the group");
+                start_detector(bus, &detector_settings);
             }
             Some(report) = fault_report.recv() => {
                 broker_fault = Some(report);
@@ -653,6 +655,13 @@ pub async fn run(
         "state_mb": sampling::dir_mb(&settings.state_dir),
         "restart_s": null,
     });
+    crate::merge(
+        &mut result,
+        serde_json::json!({
+            "detectors": a.detectors,
+            "detector_added_after_minutes": a.add_detector_after_minutes,
+        }),
+    );
     if let Some((broker, killed, back)) = broker_fault {
         // Failures read before the kill, between the kill and every
         // partition back in sync, and after.
@@ -726,6 +735,20 @@ fn raw_consume_per_s(brokers: &str, topics: &[&str], records: u64) -> f64 {
     first.map_or(0.0, |f: Instant| {
         seen as f64 / f.elapsed().as_secs_f64().max(1e-9)
     })
+}
+
+/// One more detector instance in the run's group, in this process.
+fn start_detector(bus: &Bus, settings: &DetectorSettings) {
+    let (k, b, s) = (bus.kafka.clone(), bus.brokers.clone(), settings.clone());
+    tokio::spawn(async move {
+        // Ends with an error when the broker stops at exit; any other is
+        // worth seeing (the run then shows every failure unanswered).
+        if let Err(e) =
+            unicron_detector::run(&k, &b, s.build().unwrap(), std::future::pending()).await
+        {
+            eprintln!("detector stopped: {e}");
+        }
+    });
 }
 
 /// The bench's consumer topics: (failures, decisions, commands).
