@@ -228,9 +228,9 @@ impl Detector {
 
     /// The service found `partition` to have unread records, or could not
     /// confirm where it ends, after the newest record read from it looked
-    /// like its end: a partition the consumer has fallen behind on (or
-    /// whose leader is gone) holds the watermark back, so nodes whose
-    /// heartbeats wait there are not silent. Recorded in the round.
+    /// like its end: a partition the consumer has fallen behind on holds
+    /// the watermark back, so nodes whose heartbeats wait there are not
+    /// silent. Recorded in the round.
     pub fn mark_behind(&mut self, topic: &str, partition: i32) {
         self.clocks.mark_behind(topic, partition);
     }

@@ -30,9 +30,9 @@ impl Detector {
     /// Applies one round. `inputs` are the observations of exactly the
     /// records `round.ranges` names, in any order. In order: a reset if the
     /// round says so, the timer hold, the partitions found caught up and
-    /// those found behind, the inputs in canonical order (a record counts as caught up only if it is
-    /// the last of its partition in the round and was read as the newest),
-    /// then the idle ticks.
+    /// those found behind, the inputs in canonical order (a record counts
+    /// as caught up only if it is the last of its partition in the round
+    /// and was read as the newest), then the idle ticks.
     pub fn apply_round(
         &mut self,
         round: &DetectorRound,
