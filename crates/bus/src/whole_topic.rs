@@ -196,4 +196,122 @@ impl PartitionReader {
         self.consumer.unassign()?;
         Ok(out)
     }
+
+    /// The first offset of each partition whose records have a timestamp
+    /// at or after `time_ms`; `None` where the broker cannot say (no such
+    /// record, or a broker without timestamp lookups, like the embedded one).
+    pub fn offsets_at(
+        &self,
+        partitions: &[(String, i32)],
+        time_ms: i64,
+    ) -> Result<Vec<Option<i64>>, BusError> {
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            list.add_partition_offset(topic, *partition, Offset::Offset(time_ms))?;
+        }
+        let found = through_outage(|| self.consumer.offsets_for_times(list.clone(), TIMEOUT))?;
+        Ok(partitions
+            .iter()
+            .map(
+                |(topic, partition)| match found.find_partition(topic, *partition) {
+                    Some(e) if e.error().is_ok() => match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+            )
+            .collect())
+    }
+
+    /// The records of several partition ranges `(topic, partition, from,
+    /// to)` (offsets `from..to`) read together, each partition in offset
+    /// order; partitions interleave.
+    pub fn read_ranges(
+        &self,
+        ranges: &[(String, i32, i64, i64)],
+    ) -> Result<Vec<InboundRecord>, BusError> {
+        let mut list = TopicPartitionList::new();
+        let mut open = std::collections::BTreeMap::new();
+        for (topic, partition, from, to) in ranges {
+            if from < to {
+                list.add_partition_offset(topic, *partition, Offset::Offset(*from))?;
+                open.insert((topic.clone(), *partition), *to);
+            }
+        }
+        let mut out = Vec::new();
+        if open.is_empty() {
+            return Ok(out);
+        }
+        self.consumer.assign(&list)?;
+        let mut idle_since = Instant::now();
+        while !open.is_empty() && idle_since.elapsed() < TIMEOUT {
+            let message = match self.consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(message)) => message,
+                Some(Err(e)) if transient(&e) => continue,
+                Some(Err(e)) => {
+                    self.consumer.unassign()?;
+                    return Err(e.into());
+                }
+                None => continue,
+            };
+            idle_since = Instant::now();
+            let key = (message.topic().to_string(), message.partition());
+            let Some(&to) = open.get(&key) else {
+                continue;
+            };
+            if message.offset() < to {
+                out.push(InboundRecord {
+                    topic: key.0.clone(),
+                    partition: key.1,
+                    offset: message.offset(),
+                    key: message.key().map(<[u8]>::to_vec),
+                    payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                    timestamp_ms: message.timestamp().to_millis(),
+                    caught_up: false,
+                });
+            }
+            if message.offset() + 1 >= to {
+                open.remove(&key);
+            }
+        }
+        self.consumer.unassign()?;
+        Ok(out)
+    }
+}
+
+/// Where `group` has committed each of `partitions` (the next offset it
+/// reads), `None` where it has not. Asks without joining the group.
+pub fn group_offsets(
+    config: &KafkaConfig,
+    brokers: &str,
+    group: &str,
+    partitions: &[(String, i32)],
+) -> Result<Vec<Option<i64>>, BusError> {
+    let consumer: BaseConsumer = crate::client::client_config_with(
+        config,
+        brokers,
+        &[
+            ("group.id", group.to_string()),
+            ("enable.auto.commit", "false".into()),
+        ],
+    )
+    .create()?;
+    let mut list = TopicPartitionList::new();
+    for (topic, partition) in partitions {
+        list.add_partition(topic, *partition);
+    }
+    let committed = through_outage(|| consumer.committed_offsets(list.clone(), TIMEOUT))?;
+    Ok(partitions
+        .iter()
+        .map(
+            |(topic, partition)| match committed.find_partition(topic, *partition) {
+                Some(e) => match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                },
+                None => None,
+            },
+        )
+        .collect())
 }

@@ -365,5 +365,6 @@ pub fn round(full: bool) -> unicron_core::DetectorRound {
             topic: "unicron.logs".into(),
             partition: 7,
         }],
+        warm: true,
     }
 }

@@ -136,6 +136,35 @@ impl Live {
     /// A round that also names the partitions found behind since the last
     /// (what the service's tick notices).
     fn round_with(&mut self, batch: &[(Stored, bool)], publish: bool, behind: Vec<PartitionRef>) {
+        let behind = behind.into_iter().map(|p| (p, false)).collect::<Vec<_>>();
+        self.round_as(batch, publish, behind, false);
+    }
+
+    /// A warm-up round after a takeover: `batch` is read again from below
+    /// the committed offsets, state only, timers held.
+    fn warm_up(&mut self, batch: &[(Stored, bool)]) {
+        self.round_as(batch, true, Vec::new(), true);
+    }
+
+    /// A round of only partitions found read to their end (the service's
+    /// tick, for a partition with nothing new to read).
+    fn found_caught_up(&mut self, caught_up: Vec<PartitionRef>) {
+        let found = caught_up.into_iter().map(|p| (p, true)).collect();
+        self.round_as(&[], true, found, false);
+    }
+
+    /// `found`: partitions found behind (`false`) or read to their end.
+    fn round_as(
+        &mut self,
+        batch: &[(Stored, bool)],
+        publish: bool,
+        found: Vec<(PartitionRef, bool)>,
+        warm: bool,
+    ) {
+        let (caught_up, behind): (Vec<_>, Vec<_>) = found.into_iter().partition(|(_, c)| *c);
+        let strip = |v: Vec<(PartitionRef, bool)>| v.into_iter().map(|(p, _)| p).collect();
+        let (caught_up, behind): (Vec<PartitionRef>, Vec<PartitionRef>) =
+            (strip(caught_up), strip(behind));
         let mut ranges: Vec<RoundRange> = Vec::new();
         let mut sorted: Vec<&(Stored, bool)> = batch.iter().collect();
         sorted.sort_by_key(|(s, _)| (s.source.topic.clone(), s.source.partition, s.source.offset));
@@ -163,6 +192,10 @@ impl Live {
             seq: self.seq,
             ranges,
             behind,
+            caught_up,
+            reset: warm,
+            silence_held: warm,
+            warm,
             ..DetectorRound::default()
         };
         self.seq += 1;
@@ -293,6 +326,90 @@ fn a_crash_and_redelivery_repeat_the_same_ids_and_replay_still_agrees() {
     rounds.extend(second.rounds.clone());
     let replayed = replay_rounds(&rounds, &observations(&log), &published, detector, |_| true);
     assert_eq!(replayed.comparison.diverged, 0, "{:?}", replayed.comparison);
+}
+
+/// A detector that takes over partitions after n3's last heartbeat was
+/// read and committed by another never reads that heartbeat live. Warmed
+/// by the records of the ten seconds below the commit, it finds n3 lost;
+/// without, it never does. The warm-up publishes nothing itself, and
+/// replay of its rounds agrees.
+#[test]
+fn a_takeover_warmed_by_the_records_below_the_commit_finds_a_node_lost_before_it() {
+    let log = log_of_a_cluster(0);
+    let all = batches(&log, 4);
+    let last_of_n3 = |b: &Vec<(Stored, bool)>| {
+        b.iter().any(|(s, _)| match &s.observation {
+            Observation::Agent(e) => e.node == "n3" && e.time_ms >= T0 + 19_000,
+            _ => false,
+        })
+    };
+    let cut = all.iter().position(last_of_n3).unwrap() + 1;
+    let committed: Vec<(Stored, bool)> = all[..cut].iter().flatten().cloned().collect();
+    let cut_ms = committed
+        .iter()
+        .map(|(s, _)| s.observation.time_ms())
+        .max()
+        .unwrap();
+    let mut first = Live::new("d-1");
+    for b in &all[..cut] {
+        first.round(b, true);
+    }
+    assert!(
+        first
+            .published
+            .iter()
+            .all(|f| f.kind != FailureKind::LostConnection),
+        "n3's deadline had not passed before the takeover"
+    );
+
+    let lost = |live: &Live| {
+        live.published
+            .iter()
+            .filter(|f| f.kind == FailureKind::LostConnection)
+            .map(|f| f.node.clone().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let n3_partition = || {
+        vec![PartitionRef {
+            topic: AGENT.into(),
+            partition: 2,
+        }]
+    };
+    let mut cold = Live::new("d-cold");
+    cold.found_caught_up(n3_partition());
+    for b in &all[cut..] {
+        cold.round(b, true);
+    }
+    assert_eq!(
+        lost(&cold),
+        Vec::<String>::new(),
+        "the gap a warm-up closes"
+    );
+
+    let mut warm = Live::new("d-warm");
+    let window: Vec<(Stored, bool)> = committed
+        .into_iter()
+        .filter(|(s, _)| s.observation.time_ms() >= cut_ms - 10_000)
+        .map(|(s, _)| (s, false))
+        .collect();
+    warm.warm_up(&window);
+    assert!(warm.published.is_empty(), "a warm-up publishes nothing");
+    // n3's partition has nothing new: the first tick finds it read to its end.
+    warm.found_caught_up(n3_partition());
+    for b in &all[cut..] {
+        warm.round(b, true);
+    }
+    assert_eq!(lost(&warm), ["n3"]);
+
+    let replayed = replay_rounds(
+        &warm.rounds,
+        &observations(&log),
+        &warm.published,
+        detector,
+        |_| true,
+    );
+    assert_eq!(replayed.comparison.diverged, 0, "{:?}", replayed.comparison);
+    assert_eq!(replayed.failures, warm.published);
 }
 
 /// The check can fail: a round that names a record the live run did not

@@ -138,6 +138,12 @@ impl Reading<'_> {
         Some((high - offset - 1).max(0))
     }
 
+    /// The partition's high watermark as of the latest fetch, whether or
+    /// not a record of it was read.
+    pub fn high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.positions.high_watermark(topic, partition)
+    }
+
     /// The partitions read from so far.
     pub fn partitions(&self) -> impl Iterator<Item = (&str, i32)> {
         self.last_read.keys().map(|(t, p)| (t.as_str(), *p))

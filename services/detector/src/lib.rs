@@ -5,7 +5,8 @@
 //!
 //! The detector keeps no durable state. Its in-memory state (heartbeats,
 //! iteration statistics, held symptoms) rebuilds from the stream after a
-//! restart or rebalance; failure ids are derived from what was found (cluster,
+//! restart or rebalance, starting with a warm-up read of the records just
+//! below the group's committed offsets; failure ids are derived from what was found (cluster,
 //! kind, node, first-evidence time and a digest of the rest), not from the
 //! record that completed it, so a failure found again after a redelivery
 //! has the same id and the planner drops the repeat.
@@ -16,6 +17,7 @@ mod holds;
 pub mod metrics;
 mod service;
 mod settings;
+mod warm_up;
 
 pub use self::metrics::METRICS;
 pub use error::DetectorError;

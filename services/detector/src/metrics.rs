@@ -47,6 +47,11 @@ pub const DETECTION_LATENCY: Metric = Metric::histogram(
     "unicron_detector_detection_latency_seconds",
     "Wall-clock time from the triggering record's Kafka timestamp to its failure event, seconds.",
 );
+/// Records read again below the committed offsets after a takeover.
+pub const WARM_UP_RECORDS: Metric = Metric::counter(
+    "unicron_detector_warm_up_records_total",
+    "Records read again below the group's committed offsets after a takeover, to rebuild state.",
+);
 
 /// Every metric the detector exports.
 pub const METRICS: &[Metric] = &[
@@ -59,4 +64,5 @@ pub const METRICS: &[Metric] = &[
     PARTITION_DELAY,
     ROUND_SECONDS,
     DETECTION_LATENCY,
+    WARM_UP_RECORDS,
 ];

@@ -30,9 +30,11 @@ use crate::discovery::with_topic_discovery;
 use crate::error::DetectorError;
 use crate::holds::{IdleTicks, LagGuard, OutageHold};
 use crate::metrics::{
-    DETECTION_LATENCY, FAILURES, IDLE_TICKS, LAG_GUARD, METRICS, ROUND_SECONDS, ROUNDS, TIMERS_HELD,
+    DETECTION_LATENCY, FAILURES, IDLE_TICKS, LAG_GUARD, METRICS, ROUND_SECONDS, ROUNDS,
+    TIMERS_HELD, WARM_UP_RECORDS,
 };
 use crate::settings::{DetectorService, DetectorSettings};
+use crate::warm_up::WarmUpSource;
 
 /// The detector's name in readiness, logs and `unicron_bus::metrics::joined`.
 pub const SERVICE: &str = "detector";
@@ -111,6 +113,15 @@ pub async fn run(
         settings,
         instance_name(&settings.group_id),
     );
+    if settings.warm_up_s > 0.0 {
+        processor.warm_up = Some(WarmUpSource {
+            kafka: kafka.clone(),
+            brokers: brokers.to_string(),
+            group: settings.group_id.clone(),
+            window: Duration::from_secs_f64(settings.warm_up_s),
+            max_records: settings.warm_up_max_records as i64,
+        });
+    }
     let kafka = with_topic_discovery(kafka, settings.new_topic_check_s);
     unicron_runtime::run(&kafka, brokers, &options, &mut processor, shutdown).await
 }
@@ -126,6 +137,14 @@ struct DetectorProcessor {
     /// The partitions the detector's state was built from.
     assigned: Vec<(String, i32)>,
     round: PendingRound,
+    /// Where a takeover's warm-up reads (`None`: no warm-up).
+    warm_up: Option<WarmUpSource>,
+    /// The co-partitioned inputs' full names: agent, logs, telemetry.
+    inputs: [String; 3],
+    /// Where the last warm-up's read of each partition ended: a partition
+    /// known only from it is read to its end while its high watermark is
+    /// still there.
+    warm_ends: BTreeMap<(String, i32), i64>,
 }
 
 /// What the next round applies.
@@ -141,6 +160,9 @@ struct PendingRound {
     inputs: Vec<DetectorInput>,
     /// The records the inputs came from, for ranges and dead letters.
     records: Vec<InboundRecord>,
+    /// A warm-up read after a takeover, applied as a round of its own
+    /// before the inputs: its inputs and the records they came from.
+    warm: Option<(Vec<DetectorInput>, Vec<InboundRecord>)>,
 }
 
 impl DetectorProcessor {
@@ -164,18 +186,59 @@ impl DetectorProcessor {
                 detector: instance,
                 ..PendingRound::default()
             },
+            warm_up: None,
+            inputs: [Topic::Agent, Topic::Logs, Topic::Telemetry]
+                .map(|t| topics.name(t).to_string()),
+            warm_ends: BTreeMap::new(),
         }
+    }
+
+    /// Applies a pending warm-up as a round of its own: state only, timers
+    /// held (a deadline that passed in it fires in the live rounds after,
+    /// as a repeat the planner drops if the previous owner had called it).
+    fn run_warm_up(&mut self) -> Result<Option<Outgoing>, DetectorError> {
+        let Some((inputs, records)) = self.round.warm.take() else {
+            return Ok(None);
+        };
+        let pending = &mut self.round;
+        let round = DetectorRound {
+            detector: pending.detector.clone(),
+            seq: pending.seq,
+            reset: std::mem::take(&mut pending.reset),
+            silence_held: true,
+            ranges: ranges(&records),
+            warm: true,
+            ..DetectorRound::default()
+        };
+        pending.seq += 1;
+        self.detector.hold_silence_timers(true);
+        let outputs = self.detector.apply_round(&round, inputs);
+        debug_assert!(outputs.is_empty(), "a warm-up round publishes nothing");
+        self.detector
+            .hold_silence_timers(self.outage.held() || self.guard.held());
+        ::metrics::counter!(ROUNDS.name).increment(1);
+        Ok(Some(Outgoing::record(
+            &self.topics,
+            None,
+            round.detector.clone(),
+            &round,
+        )?))
     }
 
     /// Applies the pending round: the round record, then its failures.
     fn run_round(&mut self) -> Result<BatchEnd, DetectorError> {
+        let mut end = BatchEnd::default();
+        if let Some(warm) = self.run_warm_up()? {
+            end.groups.push(vec![warm]);
+        }
         let pending = &mut self.round;
         if pending.inputs.is_empty()
             && pending.ticks.is_empty()
             && pending.caught_up.is_empty()
             && pending.behind.is_empty()
+            && !pending.reset
         {
-            return Ok(BatchEnd::default());
+            return Ok(end);
         }
         let mut round = DetectorRound {
             detector: pending.detector.clone(),
@@ -187,6 +250,7 @@ impl DetectorProcessor {
             ticks: std::mem::take(&mut pending.ticks),
             failures: Vec::new(),
             behind: std::mem::take(&mut pending.behind),
+            warm: false,
         };
         pending.seq += 1;
         let records = std::mem::take(&mut pending.records);
@@ -209,7 +273,6 @@ impl DetectorProcessor {
         }
         round.failures = failures.iter().map(|f| f.id.clone()).collect();
         ::metrics::counter!(ROUNDS.name).increment(1);
-        let mut end = BatchEnd::default();
         end.groups.push(vec![Outgoing::record(
             &self.topics,
             None,
@@ -242,6 +305,29 @@ impl DetectorProcessor {
         }
         Ok(end)
     }
+}
+
+/// Why `assigned` may split a node's records between instances: the
+/// co-partitioned inputs (telemetry, logs, agent) held at different
+/// partition numbers. `None` when they line up.
+fn split_inputs(inputs: &[String; 3], assigned: &[(String, i32)]) -> Option<String> {
+    let held = |topic: &String| -> Vec<i32> {
+        assigned
+            .iter()
+            .filter(|(t, _)| t == topic)
+            .map(|(_, p)| *p)
+            .collect()
+    };
+    let first = held(&inputs[0]);
+    inputs[1..].iter().find(|t| held(t) != first).map(|t| {
+        format!(
+            "this detector holds partitions {first:?} of {} but {:?} of {t}: a node's records may \
+             reach two instances (give the inputs one partition count, and keep \
+             kafka.partition.assignment.strategy `range`)",
+            inputs[0],
+            held(t)
+        )
+    })
 }
 
 /// Whether `record` is the one the failure's first evidence points at.
@@ -378,9 +464,27 @@ impl Processor for DetectorProcessor {
             partitions = assigned.len(),
             "assignment changed: detector state reset"
         );
+        if let Some(why) = split_inputs(&self.inputs, assigned) {
+            tracing::warn!("{why}");
+        }
         self.detector.reset();
         self.round.reset = true;
         self.assigned = assigned.to_vec();
+        self.round.warm = None;
+        self.warm_ends.clear();
+        if let Some(source) = &self.warm_up {
+            match source.read(assigned).await {
+                Ok(warm) if warm.records.is_empty() => {}
+                Ok(warm) => {
+                    self.round.warm = Some(self.warm_inputs(warm.records));
+                    self.warm_ends = warm.ends;
+                }
+                Err(error) => tracing::warn!(
+                    %error,
+                    "warm-up not read: nodes silent since before the takeover go unnoticed"
+                ),
+            }
+        }
         Ok(())
     }
 
@@ -399,7 +503,15 @@ impl Processor for DetectorProcessor {
     /// ends next.
     fn tick(&mut self, reading: &Reading<'_>) -> Result<(), DetectorError> {
         for (topic, partition) in self.detector.behind_partitions() {
-            if reading.caught_up(&topic, partition) {
+            let read_live = reading
+                .partitions()
+                .any(|(t, p)| t == topic && p == partition);
+            let warm_end = self.warm_ends.get(&(topic.clone(), partition)).copied();
+            if reading.caught_up(&topic, partition)
+                || (!read_live
+                    && warm_end.is_some()
+                    && reading.high_watermark(&topic, partition) == warm_end)
+            {
                 self.detector.mark_caught_up(&topic, partition);
                 let p = PartitionRef { topic, partition };
                 self.round.behind.retain(|b| *b != p);
@@ -441,6 +553,41 @@ impl Processor for DetectorProcessor {
 }
 
 impl DetectorProcessor {
+    /// The observations of a warm-up read, and the records that had any;
+    /// records that do not decode were dead-lettered by their first reader.
+    fn warm_inputs(&self, records: Vec<InboundRecord>) -> (Vec<DetectorInput>, Vec<InboundRecord>) {
+        let mut inputs = Vec::new();
+        let mut kept = Vec::new();
+        for record in records {
+            let Ok(decoded) = self.decode(&record) else {
+                continue;
+            };
+            if decoded.observations.is_empty() {
+                continue;
+            }
+            for (index, observation) in decoded.observations.into_iter().enumerate() {
+                inputs.push(DetectorInput {
+                    source: SourceRecord {
+                        topic: record.topic.clone(),
+                        partition: record.partition,
+                        offset: record.offset,
+                        index: index as u32,
+                    },
+                    observation,
+                    caught_up: false,
+                });
+            }
+            kept.push(record);
+        }
+        tracing::info!(
+            records = kept.len(),
+            inputs = inputs.len(),
+            "warm-up read: state rebuilt from records below the committed offsets"
+        );
+        ::metrics::counter!(WARM_UP_RECORDS.name).increment(kept.len() as u64);
+        (inputs, kept)
+    }
+
     /// Tells operators (log, metric) when the silence timers' hold changes;
     /// the detector itself learns it from the next round.
     fn publish_hold(&mut self) {
@@ -544,6 +691,31 @@ mod tests {
         assert_eq!(processor.detector.idle_candidates().len(), 1, "grown");
         processor.reassigned(&[agent(0), otlp]).await.unwrap();
         assert!(processor.detector.idle_candidates().is_empty(), "reset");
+    }
+
+    /// Partition p of all three inputs on one instance lines up; an
+    /// `agent` topic left at fewer partitions, or another assignor, is
+    /// named.
+    #[test]
+    fn an_assignment_that_splits_a_nodes_inputs_is_named() {
+        let inputs = ["a".to_string(), "l".to_string(), "t".to_string()];
+        let held = |spec: &[(&str, &[i32])]| -> Vec<(String, i32)> {
+            spec.iter()
+                .flat_map(|(t, ps)| ps.iter().map(|p| (t.to_string(), *p)))
+                .collect()
+        };
+        let lined_up = held(&[("a", &[0, 1]), ("l", &[0, 1]), ("t", &[0, 1])]);
+        assert_eq!(split_inputs(&inputs, &lined_up), None);
+        let old_agent = held(&[
+            ("a", &[0, 1, 2]),
+            ("l", &[0, 1, 2, 3]),
+            ("t", &[0, 1, 2, 3]),
+        ]);
+        let why = split_inputs(&inputs, &old_agent).unwrap();
+        assert!(
+            why.contains("[0, 1, 2] of a but [0, 1, 2, 3] of l"),
+            "{why}"
+        );
     }
 
     /// Offsets of one partition make one range per run; the last record's

@@ -65,6 +65,15 @@ pub struct DetectorSettings {
     /// backlog larger rounds read faster; the bound caps how long a round's
     /// first record waits (a few milliseconds at 4,096).
     pub round_max_records: usize,
+    /// After a takeover (a start, or the group moving partitions), the
+    /// seconds of input below the committed offsets read again to rebuild
+    /// state: nodes already silent, symptoms the previous owner held. It
+    /// should cover the heartbeat deadline, the correlation window and the
+    /// hang stall; each second costs a second of input read at start. 0
+    /// turns it off.
+    pub warm_up_s: f64,
+    /// The most records a warm-up reads again per partition.
+    pub warm_up_max_records: u64,
 }
 
 impl Default for DetectorSettings {
@@ -80,6 +89,8 @@ impl Default for DetectorSettings {
             lag_guard_records: 20_000,
             lag_guard_s: 15.0,
             round_max_records: 4096,
+            warm_up_s: 10.0,
+            warm_up_max_records: 100_000,
         }
     }
 }
@@ -123,6 +134,7 @@ impl DetectorSettings {
             ("new_topic_check_s", self.new_topic_check_s, 0.1),
             ("idle_tick_s", self.idle_tick_s, 0.0),
             ("lag_guard_s", self.lag_guard_s, 0.0),
+            ("warm_up_s", self.warm_up_s, 0.0),
         ] {
             if !(value.is_finite() && (min..=3600.0).contains(&value)) {
                 return Err(DetectorError::Config(format!(
@@ -134,6 +146,12 @@ impl DetectorSettings {
             return Err(DetectorError::Config(format!(
                 "detector.round_max_records: {} is not between 1 and 1000000",
                 self.round_max_records
+            )));
+        }
+        if !(1..=10_000_000).contains(&self.warm_up_max_records) {
+            return Err(DetectorError::Config(format!(
+                "detector.warm_up_max_records: {} is not between 1 and 10000000",
+                self.warm_up_max_records
             )));
         }
         for (i, input) in self.inputs.iter().enumerate() {

@@ -726,3 +726,85 @@ async fn a_collector_topic_created_later_is_read_in_seconds_and_a_quiet_input_is
     assert_eq!(released.failures, vec![got[0].id.clone()]);
     detector.stop().await;
 }
+
+/// A detector taking over from another rebuilds what the other knew from
+/// the records just below the group's committed offsets: a node whose last
+/// heartbeat the first instance read and committed, silent since, is found
+/// lost by the second, which never reads that heartbeat live. The warm-up
+/// is a round of its own naming the records, so replay rebuilds the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detector_taking_over_learns_nodes_that_went_silent_before_it() {
+    let h = Harness::new();
+    let settings = DetectorSettings {
+        // The embedded broker holds each rebalance for a session timeout:
+        // the window must reach back past the first instance's life.
+        warm_up_s: 120.0,
+        ..DetectorSettings::default()
+    };
+    let agent = h.kafka.topic("agent");
+    let first = h.start(settings.clone());
+    heartbeat(&h.producer, &agent, "n1").await;
+    heartbeat(&h.producer, &agent, "n2").await;
+    progress(&h)
+        .committed_all_of(&["unicron.agent"], Duration::from_secs(60))
+        .await;
+    first.stop().await;
+    let committed = progress(&h).written("unicron.agent");
+
+    // n2 goes on heartbeating; n1 has gone silent.
+    let failures = h.reader("failures", "t-failures");
+    let rounds = h.reader("detector-rounds", "t-rounds");
+    let second = h.start(settings);
+    let beating = {
+        let producer = h.producer.clone();
+        tokio::spawn(async move {
+            loop {
+                heartbeat(&producer, &agent, "n2").await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let got: Vec<FailureEvent> =
+        unicron_bus::testing::read_records(&failures, 1, Duration::from_secs(90)).await;
+    beating.abort();
+    assert_eq!(
+        (got[0].kind, got[0].node.as_deref()),
+        (FailureKind::LostConnection, Some("n1"))
+    );
+    // The second instance's first round is the warm-up: n1's heartbeat,
+    // below where the first instance committed, applied and not published.
+    let mut seen: Vec<DetectorRound> = read(&rounds, 1).await;
+    while !seen.iter().any(|r| r.warm) {
+        seen.extend(read::<DetectorRound>(&rounds, 1).await);
+    }
+    let warm = seen.iter().find(|r| r.warm).unwrap();
+    assert!(
+        warm.reset && warm.silence_held && warm.failures.is_empty(),
+        "{warm:?}"
+    );
+    let warm_records: i64 = warm
+        .ranges
+        .iter()
+        .map(|r| r.last_offset - r.first_offset + 1)
+        .sum();
+    assert_eq!(
+        warm_records, committed,
+        "both heartbeats read again: {warm:?}"
+    );
+    // ... and never read live by the second instance.
+    let live_read_below_commit = seen
+        .iter()
+        .filter(|r| r.detector == warm.detector && !r.warm)
+        .flat_map(|r| &r.ranges)
+        .any(|r| r.first_offset == 0);
+    assert!(!live_read_below_commit, "{seen:?}");
+    second.stop().await;
+}
+
+async fn heartbeat(producer: &Producer, topic: &str, node: &str) {
+    let event = AgentEvent::new("c1", node, now_ms(), AgentEventKind::Heartbeat);
+    producer
+        .send(topic, node, &event, &AvroCodec::default())
+        .await
+        .unwrap();
+}

@@ -7,7 +7,8 @@
 //!   `--speed` times faster than real time. Half are SEV3 (a reattempt: the
 //!   cheap path), half SEV1 (an isolation and a re-plan of the whole
 //!   cluster: the expensive one). Halfway through, the planner is stopped
-//!   and started on its RocksDB state (`restart_s`).
+//!   and started on its RocksDB state (`restart_s`); failure → command is
+//!   also given for the failures produced before it (`*_before_restart`).
 //! - the whole pipeline (`--pipeline`, [`pipeline`]): every node
 //!   heartbeats at the agent's rate and failures arrive as the evidence the
 //!   simulator emits for them (log lines, exits, silence), through the
@@ -666,6 +667,8 @@ async fn planner_alone(
         "commands_answering": m.latencies.len(),
         "decision_p50_ms": m.latencies.percentile_ms(0.5),
         "decision_p99_ms": m.latencies.percentile_ms(0.99),
+        "decision_p50_ms_before_restart": m.before_restart.percentile_ms(0.5),
+        "decision_p99_ms_before_restart": m.before_restart.percentile_ms(0.99),
         "planner_rss_mb": sampling::rss_mb(),
         "rss_mb_at_start_of_failures": rss_at_start.unwrap_or(0.0),
         "state_mb": sampling::dir_mb(&settings.state_dir),
@@ -691,6 +694,9 @@ struct Measure {
     /// Failure produced → first command naming it, not counting failures
     /// produced while the planner was restarting.
     latencies: Histogram,
+    /// The same for failures produced before the planner's restart: the
+    /// steady state, without the takeover's wait.
+    before_restart: Histogram,
     restarted: Option<Instant>,
     restart_s: Option<f64>,
     during_restart: std::collections::BTreeSet<String>,
@@ -724,6 +730,9 @@ impl Measure {
                     && !self.during_restart.remove(cause)
                 {
                     self.latencies.record(at.elapsed());
+                    if self.restarted.is_none_or(|r| at < r) {
+                        self.before_restart.record(at.elapsed());
+                    }
                 }
             }
             return;

@@ -32,7 +32,8 @@ impl Detector {
     /// round says so, the timer hold, the partitions found caught up and
     /// those found behind, the inputs in canonical order (a record counts
     /// as caught up only if it is the last of its partition in the round
-    /// and was read as the newest), then the idle ticks.
+    /// and was read as the newest), then the idle ticks. A warm-up round
+    /// builds state only: it returns nothing.
     pub fn apply_round(
         &mut self,
         round: &DetectorRound,
@@ -90,6 +91,9 @@ impl Detector {
                 source: None,
                 output,
             }));
+        }
+        if round.warm {
+            out.clear();
         }
         out
     }

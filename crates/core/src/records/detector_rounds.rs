@@ -35,6 +35,12 @@ pub struct DetectorRound {
     /// again until read.
     #[serde(default)]
     pub behind: Vec<PartitionRef>,
+    /// A warm-up round: records below the group's committed offsets, read
+    /// again after a takeover to rebuild the state (last heartbeats, open
+    /// symptom groups) the previous owner held. Its failures are dropped:
+    /// the previous owner answered for those records.
+    #[serde(default)]
+    pub warm: bool,
 }
 
 /// A topic's partition.
