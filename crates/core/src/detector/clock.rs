@@ -3,6 +3,7 @@
 //! been read, so a partition that is behind holds the watermark back.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::SourceRecord;
 use super::config::{DetectorConfig, ms};
@@ -19,8 +20,9 @@ pub(super) struct ClusterClock {
     newest_ms: Option<i64>,
     /// Newest event time per reporting node, and the same ranked, for
     /// [`ClusterClock::skew_bounded`].
-    node_times: BTreeMap<String, i64>,
-    ranked: BTreeSet<(i64, String)>,
+    /// (Names shared between the two: a known node's report allocates nothing.)
+    node_times: BTreeMap<Arc<str>, i64>,
+    ranked: BTreeSet<(i64, Arc<str>)>,
     /// The last spell in which no node reported for longer than a
     /// heartbeat deadline while idle ticks moved the clock: (the newest
     /// report before it, the clock when a node was heard again).
@@ -61,25 +63,25 @@ impl ClusterClock {
             // cut off with it may still be flushing what it queued.
             self.silent_spell = Some((heard, now));
         }
-        match self.node_times.get_mut(node) {
-            Some(t) if *t >= time_ms => return,
-            Some(t) => {
-                self.ranked.remove(&(*t, node.to_string()));
-                *t = time_ms;
+        let name = match self.node_times.get_key_value(node) {
+            Some((_, t)) if *t >= time_ms => return,
+            Some((name, t)) => {
+                let name = name.clone();
+                self.ranked.remove(&(*t, name.clone()));
+                name
             }
-            None => {
-                self.node_times.insert(node.to_string(), time_ms);
-            }
-        }
-        self.ranked.insert((time_ms, node.to_string()));
+            None => Arc::from(node),
+        };
+        self.node_times.insert(name.clone(), time_ms);
+        self.ranked.insert((time_ms, name));
         self.newest_ms = self.newest_ms.max(self.skew_bounded(config));
     }
 
     /// Stops counting `node` among the reporting nodes until it reports
     /// again (it was found lost).
     pub fn forget(&mut self, node: &str, config: &DetectorConfig) {
-        if let Some(t) = self.node_times.remove(node) {
-            self.ranked.remove(&(t, node.to_string()));
+        if let Some((name, t)) = self.node_times.remove_entry(node) {
+            self.ranked.remove(&(t, name));
             self.newest_ms = self.newest_ms.max(self.skew_bounded(config));
         }
     }

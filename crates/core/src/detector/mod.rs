@@ -117,6 +117,9 @@ pub struct DetectorStats {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 struct NodeView {
+    /// The node's name, shared with the heartbeat deadlines so a heartbeat
+    /// allocates nothing; set by the first.
+    name: Option<std::sync::Arc<str>>,
     last_heartbeat_ms: Option<i64>,
     /// The cluster's clock when that heartbeat was applied: deadlines run
     /// from here, so a node whose own clock runs slow is not silent.
@@ -263,7 +266,15 @@ impl Detector {
                 "record names no cluster or no node".into(),
             )];
         }
-        let view = self.clusters.entry(obs.cluster().to_string()).or_default();
+        // Looked up before inserting: a known cluster costs no allocation.
+        if !self.clusters.contains_key(obs.cluster()) {
+            self.clusters
+                .insert(obs.cluster().to_string(), ClusterView::default());
+        }
+        let view = self
+            .clusters
+            .get_mut(obs.cluster())
+            .expect("inserted above");
         let observed = observe::observe(&self.config, &self.rules, view, input);
         // An idle tick says nothing about the partition it sits on: the
         // detector that wrote it applies it at once, before reading it back.

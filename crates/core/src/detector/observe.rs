@@ -207,13 +207,27 @@ fn on_agent(
     event: &AgentEvent,
     source: &SourceRecord,
 ) -> Vec<Candidate> {
-    let node = view.nodes.entry(event.node.clone()).or_default();
+    // Looked up before anything is cloned: a known node's heartbeat
+    // (most of the detector's input) allocates no key.
+    if !view.nodes.contains_key(&event.node) {
+        view.nodes
+            .insert(event.node.clone(), super::NodeView::default());
+    }
+    let node = view.nodes.get_mut(&event.node).expect("inserted above");
     if let Some(job) = &event.job {
-        node.job = Some(job.clone());
-        view.job_nodes
-            .entry(job.clone())
-            .or_default()
-            .insert(event.node.clone());
+        if node.job.as_ref() != Some(job) {
+            node.job = Some(job.clone());
+        }
+        match view.job_nodes.get_mut(job) {
+            Some(nodes) if nodes.contains(&event.node) => {}
+            Some(nodes) => {
+                nodes.insert(event.node.clone());
+            }
+            None => {
+                view.job_nodes
+                    .insert(job.clone(), [event.node.clone()].into_iter().collect());
+            }
+        }
     }
     match event.kind {
         AgentEventKind::Heartbeat => {

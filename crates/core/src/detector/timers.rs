@@ -3,6 +3,7 @@
 //! completing iterations).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::config::{DetectorConfig, ms};
 use super::correlate::Candidate;
@@ -13,7 +14,7 @@ use crate::taxonomy::{FailureKind, Severity};
 /// (heartbeat deadline, node) of every watched node, soonest first: the
 /// timers fire by popping the front, not by scanning every node.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(super) struct HeartbeatDeadlines(BTreeSet<(i64, String)>);
+pub(super) struct HeartbeatDeadlines(BTreeSet<(i64, Arc<str>)>);
 
 impl HeartbeatDeadlines {
     pub fn is_empty(&self) -> bool {
@@ -35,30 +36,43 @@ impl HeartbeatDeadlines {
             return; // not newer than the last
         }
         let deadline = ms(config.heartbeat_deadline_s);
+        let name = node
+            .name
+            .get_or_insert_with(|| Arc::from(event.node.as_str()))
+            .clone();
         if let (Some(heard), None) = (node.heard_ms, node.lost_at_ms) {
-            self.0.remove(&(heard + deadline, event.node.clone()));
+            self.0.remove(&(heard + deadline, name.clone()));
         }
         // Applied after the clock moved, so never behind the event.
         let heard = now.unwrap_or(event.time_ms);
         node.last_heartbeat_ms = Some(event.time_ms);
         node.heard_ms = Some(heard);
-        node.heartbeat_evidence = Some(evidence(
-            source,
-            &event.node,
-            "last heartbeat",
-            config.excerpt_bytes,
-        ));
+        match &mut node.heartbeat_evidence {
+            // The same partition's stream: only the position moves.
+            Some(e) if e.topic == source.topic => {
+                e.partition = source.partition;
+                e.offset = source.offset;
+            }
+            slot => {
+                *slot = Some(evidence(
+                    source,
+                    &event.node,
+                    "last heartbeat",
+                    config.excerpt_bytes,
+                ))
+            }
+        }
         // A node heard from after it was reported lost is back.
         if node.lost_at_ms.is_some_and(|lost| event.time_ms > lost) {
             node.lost_at_ms = None;
         }
         if node.lost_at_ms.is_none() {
-            self.0.insert((heard + deadline, event.node.clone()));
+            self.0.insert((heard + deadline, name));
         }
     }
 
     /// The soonest deadline if the watermark has passed it, removed.
-    fn pop_passed(&mut self, watermark: i64) -> Option<(i64, String)> {
+    fn pop_passed(&mut self, watermark: i64) -> Option<(i64, Arc<str>)> {
         if self.0.first().is_some_and(|(at, _)| *at < watermark) {
             self.0.pop_first()
         } else {
@@ -75,10 +89,11 @@ impl ClusterView {
         if let Some(view) = self.nodes.get_mut(node)
             && let Some(heard) = view.heard_ms.take()
             && view.lost_at_ms.is_none()
+            && let Some(name) = view.name.clone()
         {
             self.deadlines
                 .0
-                .remove(&(heard + ms(config.heartbeat_deadline_s), node.to_string()));
+                .remove(&(heard + ms(config.heartbeat_deadline_s), name));
         }
         self.forget(node, config);
     }
@@ -99,10 +114,13 @@ impl ClusterView {
             return;
         }
         let deadline = ms(config.heartbeat_deadline_s);
-        for (name, view) in &mut self.nodes {
-            let (Some(heard), Some(last), None) =
-                (view.heard_ms, view.last_heartbeat_ms, view.lost_at_ms)
-            else {
+        for view in self.nodes.values_mut() {
+            let (Some(heard), Some(last), None, Some(name)) = (
+                view.heard_ms,
+                view.last_heartbeat_ms,
+                view.lost_at_ms,
+                &view.name,
+            ) else {
                 continue;
             };
             let rebased = last.min(after);
@@ -117,10 +135,10 @@ impl ClusterView {
     /// Marks `node` reported lost at `at`: its heartbeat timer stops.
     pub(super) fn mark_lost(&mut self, node: &str, at: i64, config: &DetectorConfig) {
         if let Some(view) = self.nodes.get_mut(node) {
-            if let (Some(last), None) = (view.heard_ms, view.lost_at_ms) {
+            if let (Some(last), None, Some(name)) = (view.heard_ms, view.lost_at_ms, &view.name) {
                 self.deadlines
                     .0
-                    .remove(&(last + ms(config.heartbeat_deadline_s), node.to_string()));
+                    .remove(&(last + ms(config.heartbeat_deadline_s), name.clone()));
             }
             view.lost_at_ms = Some(view.lost_at_ms.map_or(at, |t| t.max(at)));
         }
@@ -183,7 +201,7 @@ pub(super) fn silence_watermark(
 fn lost_nodes(view: &mut ClusterView, watermark: i64) -> Vec<(i64, Candidate)> {
     let mut due = Vec::new();
     while let Some((at, name)) = view.deadlines.pop_passed(watermark) {
-        let Some(node) = view.nodes.get_mut(&name) else {
+        let Some(node) = view.nodes.get_mut(&*name) else {
             continue;
         };
         node.lost_at_ms = Some(at);
@@ -194,7 +212,7 @@ fn lost_nodes(view: &mut ClusterView, watermark: i64) -> Vec<(i64, Candidate)> {
                 severity: Severity::Sev1,
                 method: DetectionMethod::Heartbeat,
                 rule: Some("heartbeat.deadline".into()),
-                node: Some(name),
+                node: Some(name.to_string()),
                 gpu: None,
                 job: node.job.clone(),
                 rank: None,
