@@ -517,6 +517,9 @@ pub async fn run(
         "decisions_consumed": run.decisions,
         "commands_published": records("out", "commands"),
         "commands_consumed": run.commands,
+        // What the topic holds: tells a reader that missed records from a
+        // counter that counted more than were written.
+        "commands_in_topic": records_in_topic(bus, &topic("commands")),
         "results_produced": sent.results.load(Ordering::Relaxed),
         "results_consumed_by_planner": records("in", "command-results"),
         "repairs_produced": sent.repairs.load(Ordering::Relaxed),
@@ -696,6 +699,21 @@ pub async fn run(
     }
     crate::merge(&mut result, crate::growth(a, &sampler));
     (result, unanswered + stage_shortfall)
+}
+
+/// How many records `topic` holds (high less low watermark, summed).
+fn records_in_topic(bus: &Bus, topic: &str) -> i64 {
+    let reader = unicron_bus::whole_topic::PartitionReader::new(&bus.kafka, &bus.brokers)
+        .expect("a partition reader");
+    reader
+        .partitions(topic)
+        .expect("partitions")
+        .into_iter()
+        .map(|p| {
+            let (low, high) = reader.watermarks(topic, p).expect("watermarks");
+            high - low
+        })
+        .sum()
 }
 
 /// Records/s a plain rdkafka consumer reads the detector's input topics at,
