@@ -38,7 +38,7 @@
 //! plain rdkafka consumer reading the same input topics from their start on
 //! the same brokers at the end of the run: the transport's limit.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -178,6 +178,11 @@ struct Run {
     no_command: BTreeMap<String, usize>,
     decisions: usize,
     commands: usize,
+    /// Where every output record read sat: the bench's own group re-reads
+    /// from its committed offsets when its coordinator dies with a broker,
+    /// and a record read again is not a new failure or command.
+    read_at: BTreeSet<(String, i32, i64)>,
+    read_again: usize,
     commands_by_action: BTreeMap<String, usize>,
     evidence_to_failure: Histogram,
     failure_to_command: Histogram,
@@ -253,6 +258,8 @@ pub async fn run(
         no_command: BTreeMap::new(),
         decisions: 0,
         commands: 0,
+        read_at: BTreeSet::new(),
+        read_again: 0,
         commands_by_action: BTreeMap::new(),
         evidence_to_failure: Histogram::default(),
         failure_to_command: Histogram::default(),
@@ -520,6 +527,7 @@ pub async fn run(
         // What the topic holds: tells a reader that missed records from a
         // counter that counted more than were written.
         "commands_in_topic": records_in_topic(bus, &topic("commands")),
+        "outputs_read_again_by_bench": run.read_again,
         "results_produced": sent.results.load(Ordering::Relaxed),
         "results_consumed_by_planner": records("in", "command-results"),
         "repairs_produced": sent.repairs.load(Ordering::Relaxed),
@@ -964,6 +972,13 @@ impl Run {
         time_ms: i64,
         repair_s: f64,
     ) {
+        if !self
+            .read_at
+            .insert((record.topic.clone(), record.partition, record.offset))
+        {
+            self.read_again += 1;
+            return;
+        }
         if record.topic == *failures {
             let failure = AvroCodec::<FailureEvent>::default()
                 .decode(&record.payload)
