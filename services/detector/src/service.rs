@@ -330,6 +330,27 @@ fn split_inputs(inputs: &[String; 3], assigned: &[(String, i32)]) -> Option<Stri
     })
 }
 
+/// The detector's inputs of one record's observations.
+fn inputs_of(
+    record: &InboundRecord,
+    observations: Vec<Observation>,
+    caught_up: bool,
+) -> impl Iterator<Item = DetectorInput> + '_ {
+    observations
+        .into_iter()
+        .enumerate()
+        .map(move |(index, observation)| DetectorInput {
+            source: SourceRecord {
+                topic: record.topic.clone(),
+                partition: record.partition,
+                offset: record.offset,
+                index: index as u32,
+            },
+            observation,
+            caught_up,
+        })
+}
+
 /// Whether `record` is the one the failure's first evidence points at.
 fn is_source(record: &InboundRecord, failure: &FailureEvent) -> bool {
     failure.evidence.first().is_some_and(|e| {
@@ -411,18 +432,9 @@ impl Processor for DetectorProcessor {
         if !decoded.observations.is_empty() {
             self.round.records.push(record.clone());
         }
-        for (index, observation) in decoded.observations.into_iter().enumerate() {
-            self.round.inputs.push(DetectorInput {
-                source: SourceRecord {
-                    topic: record.topic.clone(),
-                    partition: record.partition,
-                    offset: record.offset,
-                    index: index as u32,
-                },
-                observation,
-                caught_up: record.caught_up,
-            });
-        }
+        self.round
+            .inputs
+            .extend(inputs_of(record, decoded.observations, record.caught_up));
         for problem in decoded.problems {
             step.dead_letter(problem);
         }
@@ -565,18 +577,7 @@ impl DetectorProcessor {
             if decoded.observations.is_empty() {
                 continue;
             }
-            for (index, observation) in decoded.observations.into_iter().enumerate() {
-                inputs.push(DetectorInput {
-                    source: SourceRecord {
-                        topic: record.topic.clone(),
-                        partition: record.partition,
-                        offset: record.offset,
-                        index: index as u32,
-                    },
-                    observation,
-                    caught_up: false,
-                });
-            }
+            inputs.extend(inputs_of(&record, decoded.observations, false));
             kept.push(record);
         }
         tracing::info!(
