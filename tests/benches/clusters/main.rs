@@ -463,14 +463,18 @@ fn broker_label(a: &Args) -> &'static str {
     }
 }
 
-/// Prints the result, writes it with `--json`, exits 1 on `missing`.
+/// Prints the result, writes it with `--json`, exits 1 on `missing`:
+/// failures never answered plus records a stage read fewer of than the one
+/// before it wrote (each such stage is printed before).
 fn finish(a: &Args, result: serde_json::Value, missing: usize) {
     println!("{result}");
     if let Some(path) = &a.json {
         std::fs::write(path, format!("{result}\n")).unwrap();
     }
     if missing > 0 {
-        eprintln!("{missing} failures produced and never answered");
+        eprintln!(
+            "{missing} missing: failures never answered (`unanswered`) and records short at a stage (above)"
+        );
         std::process::exit(1);
     }
 }
