@@ -1,6 +1,8 @@
 //! The consumer every service reads with: a consumer group whose offsets
 //! are stored only once a record is handled.
 
+use std::collections::BTreeMap;
+
 use dashmap::DashMap;
 use rdkafka::consumer::{Consumer as _, ConsumerContext, DefaultConsumerContext, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -24,8 +26,19 @@ pub struct Consumer<C: ConsumerContext + 'static = DefaultConsumerContext> {
     max_record_bytes: usize,
     group_id: String,
     /// Lag gauges by (topic, partition), so the hot path does not build labels.
-    lag: DashMap<(String, i32), metrics::Gauge>,
+    /// Per topic and partition, its metric handles: looked up without
+    /// allocating, since every record updates them.
+    partitions: DashMap<String, BTreeMap<i32, PartitionMetrics>>,
 }
+
+/// The metrics one partition's records update.
+struct PartitionMetrics {
+    lag: metrics::Gauge,
+    records_in: metrics::Counter,
+}
+
+/// How soon a partition whose prefetch queue was full is fetched again.
+const FETCH_QUEUE_BACKOFF_MS: &str = "20";
 
 /// `fetch.wait.max.ms` for `brokers`: 5 ms on an embedded broker of this
 /// process, 100 ms elsewhere (10 idle fetches a second per broker, not 200).
@@ -73,6 +86,12 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 // embedded broker holds it the whole time, so there it is
                 // the latency of every hop (docs/operations.md).
                 ("fetch.wait.max.ms", fetch_wait_ms(brokers).to_string()),
+                // librdkafka stops fetching a partition whose prefetched
+                // records pass its queue thresholds and looks again only
+                // after this (1 s by default): a consumer reading a backlog
+                // drained its queue and read nothing for up to a second,
+                // several times a minute (half of the detector's time).
+                ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.into()),
                 (
                     "fetch.message.max.bytes",
                     (config.max_record_bytes + 4096).to_string(),
@@ -83,7 +102,7 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
             inner: client.create_with_context(context)?,
             max_record_bytes: config.max_record_bytes,
             group_id: group_id.to_string(),
-            lag: DashMap::new(),
+            partitions: DashMap::new(),
         })
     }
 
@@ -166,19 +185,14 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 Err(e) => return Err(e.into()),
             }
         };
-        let high = self.high_watermark(message.topic(), message.partition());
+        let (topic, partition) = (message.topic(), message.partition());
+        let high = self.high_watermark(topic, partition);
         let caught_up = high.is_some_and(|high| message.offset() + 1 >= high);
-        if let Some(high) = high {
-            self.record_lag(
-                message.topic(),
-                message.partition(),
-                high - message.offset() - 1,
-            );
-        }
+        self.count_record(topic, partition, high.map(|h| h - message.offset() - 1));
         let record = InboundRecord {
             caught_up,
-            topic: message.topic().to_string(),
-            partition: message.partition(),
+            topic: topic.to_string(),
+            partition,
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),
             payload: message.payload().map(<[u8]>::to_vec).unwrap_or_default(),
@@ -187,23 +201,33 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
                 Timestamp::NotAvailable => None,
             },
         };
-        ::metrics::counter!(RECORDS_IN.name, "topic" => record.topic.clone()).increment(1);
         Ok(record)
     }
 
-    fn record_lag(&self, topic: &str, partition: i32, lag: i64) {
-        let gauge = self
-            .lag
-            .entry((topic.to_string(), partition))
-            .or_insert_with(|| {
-                ::metrics::gauge!(
+    /// Counts a record read from `partition` of `topic` and sets the
+    /// partition's lag, if known.
+    fn count_record(&self, topic: &str, partition: i32, lag: Option<i64>) {
+        let known = self
+            .partitions
+            .get(topic)
+            .and_then(|p| p.get(&partition).map(|m| update(m, lag)))
+            .is_some();
+        if !known {
+            let metrics = PartitionMetrics {
+                lag: ::metrics::gauge!(
                     CONSUMER_LAG.name,
                     "group" => self.group_id.clone(),
                     "topic" => topic.to_string(),
                     "partition" => partition.to_string()
-                )
-            });
-        gauge.set(lag.max(0) as f64);
+                ),
+                records_in: ::metrics::counter!(RECORDS_IN.name, "topic" => topic.to_string()),
+            };
+            update(&metrics, lag);
+            self.partitions
+                .entry(topic.to_string())
+                .or_default()
+                .insert(partition, metrics);
+        }
     }
 
     /// Whether `offset` was the last record of the partition at the latest
@@ -283,5 +307,12 @@ impl<C: ConsumerContext + 'static> Consumer<C> {
             )) => Ok(()),
             other => Ok(other?),
         }
+    }
+}
+
+fn update(metrics: &PartitionMetrics, lag: Option<i64>) {
+    metrics.records_in.increment(1);
+    if let Some(lag) = lag {
+        metrics.lag.set(lag.max(0) as f64);
     }
 }

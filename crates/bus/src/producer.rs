@@ -33,6 +33,31 @@ pub struct Outbound<'a> {
     pub payload: &'a [u8],
 }
 
+/// A record the producer holds while it is delivered
+/// ([`Producer::send_owned`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedOutbound {
+    pub topic: String,
+    pub partition: Option<i32>,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+impl OwnedOutbound {
+    pub fn outbound(&self) -> Outbound<'_> {
+        Outbound {
+            topic: &self.topic,
+            partition: self.partition,
+            key: &self.key,
+            payload: &self.payload,
+        }
+    }
+}
+
+/// The delivery of records already queued: where each landed, in order.
+pub type Sending =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<Delivered>, BusError>> + Send>>;
+
 /// How long a produce request may wait for its answer before the
 /// connection is given up and made again (a site's `[kafka]` setting of
 /// `socket.timeout.ms` wins).
@@ -130,6 +155,25 @@ impl Producer {
     /// record after it that had landed is then written twice, which
     /// unicron's consumers tolerate. Returns where each landed, in order.
     pub async fn send_all(&self, records: &[Outbound<'_>]) -> Result<Vec<Delivered>, BusError> {
+        let queued = self.enqueue(records);
+        self.delivered(records, queued).await
+    }
+
+    /// [`send_all`](Producer::send_all) in two halves: the records are
+    /// queued now, behind everything sent before; the returned future
+    /// awaits their delivery, so a caller can go on meanwhile.
+    pub fn send_owned(&self, records: Vec<OwnedOutbound>) -> Sending {
+        let outbound: Vec<Outbound<'_>> = records.iter().map(OwnedOutbound::outbound).collect();
+        let queued = self.enqueue(&outbound);
+        let producer = self.clone();
+        Box::pin(async move {
+            let outbound: Vec<Outbound<'_>> = records.iter().map(OwnedOutbound::outbound).collect();
+            producer.delivered(&outbound, queued).await
+        })
+    }
+
+    /// Queues `records` in order until one is refused (a full queue).
+    fn enqueue(&self, records: &[Outbound<'_>]) -> Vec<rdkafka::producer::DeliveryFuture> {
         let mut queued = Vec::with_capacity(records.len());
         for record in records {
             let mut future = FutureRecord::to(record.topic)
@@ -143,6 +187,17 @@ impl Producer {
                 Err(_) => break,
             }
         }
+        queued
+    }
+
+    /// Where `records` landed, `queued` being the deliveries of the first
+    /// of them; the rest, and any after one that failed, are sent again
+    /// one at a time.
+    async fn delivered(
+        &self,
+        records: &[Outbound<'_>],
+        queued: Vec<rdkafka::producer::DeliveryFuture>,
+    ) -> Result<Vec<Delivered>, BusError> {
         let mut delivered = Vec::with_capacity(records.len());
         for (record, delivery) in records.iter().zip(queued) {
             match delivery.await {

@@ -1,18 +1,18 @@
 //! The loop: consume → decode → apply (a batch of waiting records) →
 //! commit → publish → mark done, over any [`Source`] and [`Sink`].
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Instant;
 
 use unicron_bus::dlq::encode_dead_letter;
-use unicron_bus::producer::Outbound;
+use unicron_bus::producer::{Outbound, OwnedOutbound, Sending};
 use unicron_codec::{AvroCodec, InboundRecord, KafkaConfig, Topic, Topics};
 use unicron_core::DeadLetter;
 use unicron_store::{Commit, OutboxEntry, Store};
 
 use crate::error::RuntimeError;
 use crate::io::{Sink, Source};
+use crate::offsets::PartitionOffsets;
 use crate::options::{Durability, OnStop, RuntimeOptions};
 use crate::outbox::{Published, drain, outbound, send};
 use crate::processor::{Act, Applied, BusStatus, Outgoing, Processor, Reading};
@@ -58,9 +58,10 @@ pub async fn drive<P: Processor>(
         dead_letter_codec: AvroCodec::default(),
         published: Vec::new(),
         pending: Commit::new(),
-        done: Vec::new(),
-        last_read: processor.tick_every().map(|_| BTreeMap::new()),
+        done: PartitionOffsets::default(),
+        last_read: processor.tick_every().map(|_| PartitionOffsets::default()),
         generation: source.generation(),
+        in_flight: None,
     };
     if let Some(store) = store {
         driver.published = drain(store, sink).await?;
@@ -75,13 +76,26 @@ pub async fn drive<P: Processor>(
     let _ready = unicron_bus::metrics::ReadyGuard::new(options.service);
     tokio::pin!(shutdown);
     'reading: loop {
-        let first = tokio::select! {
+        // With nothing left to read, the batch in flight lands now: an
+        // idle loop leaves no record unmarked.
+        let waiting = match driver.in_flight.is_some() {
+            true => source.try_recv(),
+            false => None,
+        };
+        if waiting.is_none() && driver.in_flight.is_some() {
+            driver.land().await?;
+            driver.report(processor, Report::IfPublished).await?;
+        }
+        let first = match waiting {
+            Some(record) => record.map_err(RuntimeError::from)?,
+            None => tokio::select! {
             record = source.recv() => record.map_err(RuntimeError::from)?,
             _ = async { ticks.as_mut().expect("guarded").tick().await }, if ticks.is_some() => {
                 driver.tick(processor).await?;
                 continue;
             }
             () = &mut shutdown => break,
+            },
         };
         // Whatever else is ready joins this record's batch, each with the
         // group generation it was read in.
@@ -94,6 +108,8 @@ pub async fn drive<P: Processor>(
                 None => break,
             }
         }
+        // Once a batch: the status reads the wall clock.
+        processor.observe(driver.status());
         for (record, read_in) in batch {
             let Some(action) = driver.take(processor, &record, read_in).await? else {
                 continue;
@@ -114,6 +130,8 @@ pub async fn drive<P: Processor>(
     }
     processor.stopping()?;
     driver.settle(processor, Report::IfPublished).await?;
+    driver.land().await?;
+    driver.report(processor, Report::IfPublished).await?;
     source.commit_now().map_err(RuntimeError::from)?;
     Ok(())
 }
@@ -132,14 +150,28 @@ struct Driver<'a, S, K> {
     published: Vec<Published>,
     /// The batch's steps, staged and not yet committed.
     pending: Commit,
-    /// The batch's records (topic, partition, offset), marked done once
-    /// it is committed.
-    done: Vec<(String, i32, i64)>,
+    /// The batch's newest record of each partition, marked done once the
+    /// batch is committed (the records before it in the batch with it).
+    done: PartitionOffsets,
     /// The last offset read of each partition, kept only for processors
     /// that tick (only ticks ask how far a partition was read).
-    last_read: Option<BTreeMap<(String, i32), i64>>,
+    last_read: Option<PartitionOffsets>,
     /// The group generation the processor last heard of.
     generation: u64,
+    /// The previous batch, if its last outputs are still being delivered.
+    in_flight: Option<InFlight>,
+}
+
+/// A batch whose last outputs (a round-applying processor's last group and
+/// its dead letters) were queued and not yet acknowledged: the next batch
+/// is read and applied meanwhile, and this one's records are marked done
+/// only once they land.
+struct InFlight {
+    sending: Sending,
+    /// The topic of each output the processor hears of, in order (the
+    /// dead letters after them are not reported).
+    reported: Vec<String>,
+    done: PartitionOffsets,
 }
 
 /// When the processor hears where its outputs landed.
@@ -183,10 +215,10 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
             self.settle(processor, Report::IfPublished).await?;
             self.generation = read_in;
             processor.reassigned(&self.source.assigned()).await?;
+            processor.observe(self.status());
         }
-        processor.observe(self.status());
         if let Some(last_read) = &mut self.last_read {
-            last_read.insert((record.topic.clone(), record.partition), record.offset);
+            last_read.note(&record.topic, record.partition, record.offset);
         }
         if !processor.wants(record) || self.applied_before(record)? {
             self.done(record);
@@ -218,7 +250,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
 
     /// A tick: the processor's work due by time, then what it queued.
     async fn tick<P: Processor>(&mut self, processor: &mut P) -> Result<(), P::Error> {
-        let empty = BTreeMap::new();
+        let empty = PartitionOffsets::default();
         processor.tick(&Reading {
             last_read: self.last_read.as_ref().unwrap_or(&empty),
             positions: self.source,
@@ -254,6 +286,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
                 ends.remove(&key);
             }
             let read_in = self.source.generation();
+            processor.observe(self.status());
             if let Some(action) = self.take(processor, &record, read_in).await? {
                 let outcome = action.act(processor).await;
                 self.finish(processor, record, action, outcome).await?;
@@ -283,6 +316,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
         processor: &mut P,
         report: Report,
     ) -> Result<(), P::Error> {
+        self.land().await?;
         self.end_batch(processor).await?;
         self.flush().await?;
         self.report(processor, report).await?;
@@ -326,7 +360,14 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
         if end.groups.is_empty() && end.dead_letters.is_empty() {
             return Ok(());
         }
-        for group in &end.groups {
+        // Without a store, the batch's records are marked done here: the
+        // last group can be delivered while the next batch is read.
+        let pipelined = self.store.is_none() && !self.settles_elsewhere;
+        let (last, awaited) = match end.groups.split_last() {
+            Some((last, before)) if pipelined => (Some(last), before),
+            _ => (None, &end.groups[..]),
+        };
+        for group in awaited {
             let records: Vec<Outbound<'_>> = group.iter().map(Outgoing::outbound).collect();
             let sent = send(self.sink, &records).await?;
             self.published.extend(sent);
@@ -335,16 +376,58 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
         for (record, reason) in &end.dead_letters {
             letters.push(self.dead_letter(record, reason)?);
         }
+        let dlq = self.outputs.topics.name(Topic::Dlq);
+        if let Some(last) = last {
+            let mut owned: Vec<OwnedOutbound> = last.iter().map(|o| owned(o.outbound())).collect();
+            let reported = owned.iter().map(|o| o.topic.clone()).collect();
+            owned.extend(letters.into_iter().map(|(key, payload)| OwnedOutbound {
+                topic: dlq.to_string(),
+                partition: None,
+                key,
+                payload,
+            }));
+            self.in_flight = Some(InFlight {
+                sending: self.sink.send_owned(owned),
+                reported,
+                done: std::mem::take(&mut self.done),
+            });
+            return Ok(());
+        }
         let records: Vec<Outbound<'_>> = letters
             .iter()
             .map(|(key, payload)| Outbound {
-                topic: self.outputs.topics.name(Topic::Dlq),
+                topic: dlq,
                 partition: None,
                 key,
                 payload,
             })
             .collect();
         send(self.sink, &records).await?;
+        Ok(())
+    }
+
+    /// Waits for the batch in flight, if any: where its outputs landed,
+    /// then its records marked done.
+    async fn land(&mut self) -> Result<(), RuntimeError> {
+        let Some(flight) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let landed = flight.sending.await?;
+        self.published
+            .extend(
+                flight
+                    .reported
+                    .into_iter()
+                    .zip(landed)
+                    .map(|(topic, at)| Published {
+                        topic,
+                        partition: at.partition,
+                        offset: at.offset,
+                    }),
+            );
+        for (topic, partition, offset) in flight.done.iter() {
+            self.source.mark_done(topic, partition, offset)?;
+        }
         Ok(())
     }
 
@@ -472,7 +555,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
     fn done(&mut self, record: &InboundRecord) {
         if !self.settles_elsewhere {
             self.done
-                .push((record.topic.clone(), record.partition, record.offset));
+                .note(&record.topic, record.partition, record.offset);
         }
     }
 
@@ -486,9 +569,19 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
             let published = drain(store, self.sink).await?;
             self.published.extend(published);
         }
-        for (topic, partition, offset) in self.done.drain(..) {
-            self.source.mark_done(&topic, partition, offset)?;
+        for (topic, partition, offset) in self.done.iter() {
+            self.source.mark_done(topic, partition, offset)?;
         }
+        self.done.clear();
         Ok(())
+    }
+}
+
+fn owned(record: Outbound<'_>) -> OwnedOutbound {
+    OwnedOutbound {
+        topic: record.topic.to_string(),
+        partition: record.partition,
+        key: record.key.to_vec(),
+        payload: record.payload.to_vec(),
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use unicron_bus::BusError;
-use unicron_bus::producer::{Delivered, Outbound};
+use unicron_bus::producer::{Delivered, Outbound, OwnedOutbound, Sending};
 use unicron_codec::{DecodeError, InboundRecord};
 
 /// How far partitions are read, as a tick may ask ([`crate::Reading`]).
@@ -54,4 +54,8 @@ pub trait Sink: Sync {
         &self,
         records: &[Outbound<'_>],
     ) -> impl Future<Output = Result<Vec<Delivered>, BusError>> + Send;
+
+    /// Queues `records` now, in order after everything sent before; the
+    /// returned future says where each landed.
+    fn send_owned(&self, records: Vec<OwnedOutbound>) -> Sending;
 }

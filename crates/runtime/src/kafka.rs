@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use unicron_bus::producer::{Delivered, Outbound};
+use unicron_bus::producer::{Delivered, Outbound, OwnedOutbound, Sending};
 use unicron_bus::{BusError, Consumer, Producer};
 use unicron_codec::{DecodeError, InboundRecord};
 
@@ -76,5 +76,9 @@ impl Source for KafkaSource {
 impl Sink for Producer {
     async fn send_all(&self, records: &[Outbound<'_>]) -> Result<Vec<Delivered>, BusError> {
         Producer::send_all(self, records).await
+    }
+
+    fn send_owned(&self, records: Vec<OwnedOutbound>) -> Sending {
+        Producer::send_owned(self, records)
     }
 }

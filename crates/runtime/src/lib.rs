@@ -15,6 +15,7 @@ mod error;
 mod io;
 mod kafka;
 mod membership;
+mod offsets;
 mod options;
 mod outbox;
 mod processor;

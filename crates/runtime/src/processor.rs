@@ -123,7 +123,7 @@ pub struct BusStatus {
 
 /// What a tick may ask about reading.
 pub struct Reading<'a> {
-    pub(crate) last_read: &'a std::collections::BTreeMap<(String, i32), i64>,
+    pub(crate) last_read: &'a crate::offsets::PartitionOffsets,
     pub(crate) positions: &'a dyn Positions,
     pub status: BusStatus,
 }
@@ -133,7 +133,7 @@ impl Reading<'_> {
     /// latest fetch; `None` before a record of it was read or a fetch
     /// answered.
     pub fn lag(&self, topic: &str, partition: i32) -> Option<i64> {
-        let offset = self.last_read.get(&(topic.to_string(), partition))?;
+        let offset = self.last_read.get(topic, partition)?;
         let high = self.positions.high_watermark(topic, partition)?;
         Some((high - offset - 1).max(0))
     }
@@ -146,14 +146,14 @@ impl Reading<'_> {
 
     /// The partitions read from so far.
     pub fn partitions(&self) -> impl Iterator<Item = (&str, i32)> {
-        self.last_read.keys().map(|(t, p)| (t.as_str(), *p))
+        self.last_read.iter().map(|(t, p, _)| (t, p))
     }
 
     /// Whether the last record read from the partition is its newest.
     pub fn caught_up(&self, topic: &str, partition: i32) -> bool {
         self.last_read
-            .get(&(topic.to_string(), partition))
-            .is_some_and(|offset| self.positions.caught_up_with(topic, partition, *offset))
+            .get(topic, partition)
+            .is_some_and(|offset| self.positions.caught_up_with(topic, partition, offset))
     }
 }
 
@@ -207,7 +207,8 @@ pub trait Processor: Send {
         Ok(Vec::new())
     }
 
-    /// Called before each record with the consumer's connection status.
+    /// Called before each batch of records (and after a reassignment)
+    /// with the consumer's connection status.
     fn observe(&mut self, _status: BusStatus) {}
 
     /// How often [`tick`](Processor::tick) runs; `None`: never.

@@ -234,7 +234,8 @@ impl Processor for DetectorProcessor {
             problems = ?decoded.problems,
             "decoded"
         );
-        let now = Instant::now();
+        // Read once a round: idle ticks count whole seconds.
+        let now = *self.round.heard_at.get_or_insert_with(Instant::now);
         for observation in &decoded.observations {
             self.idle.heard_from(observation.cluster(), now);
         }

@@ -18,11 +18,12 @@ pub const MAX_EVENT_MS: i64 = 4_102_444_800_000;
 pub(super) struct ClusterClock {
     /// The cluster's clock: never goes back.
     newest_ms: Option<i64>,
-    /// Newest event time per reporting node, and the same ranked, for
-    /// [`ClusterClock::skew_bounded`].
-    /// (Names shared between the two: a known node's report allocates nothing.)
+    /// Newest event time per reporting node, and how many nodes are at
+    /// each time, for [`ClusterClock::skew_bounded`] (counts, not names:
+    /// most reports tie on the second, and ties of names cost a string
+    /// comparison each).
     node_times: BTreeMap<Arc<str>, i64>,
-    ranked: BTreeSet<(i64, Arc<str>)>,
+    ranked: BTreeMap<i64, u32>,
     /// The last spell in which no node reported for longer than a
     /// heartbeat deadline while idle ticks moved the clock: (the newest
     /// report before it, the clock when a node was heard again).
@@ -63,25 +64,25 @@ impl ClusterClock {
             // cut off with it may still be flushing what it queued.
             self.silent_spell = Some((heard, now));
         }
-        let name = match self.node_times.get_key_value(node) {
-            Some((_, t)) if *t >= time_ms => return,
-            Some((name, t)) => {
-                let name = name.clone();
-                self.ranked.remove(&(*t, name.clone()));
-                name
+        match self.node_times.get_mut(node) {
+            Some(t) if *t >= time_ms => return,
+            Some(t) => {
+                let before = std::mem::replace(t, time_ms);
+                uncount(&mut self.ranked, before);
             }
-            None => Arc::from(node),
-        };
-        self.node_times.insert(name.clone(), time_ms);
-        self.ranked.insert((time_ms, name));
+            None => {
+                self.node_times.insert(Arc::from(node), time_ms);
+            }
+        }
+        *self.ranked.entry(time_ms).or_default() += 1;
         self.newest_ms = self.newest_ms.max(self.skew_bounded(config));
     }
 
     /// Stops counting `node` among the reporting nodes until it reports
     /// again (it was found lost).
     pub fn forget(&mut self, node: &str, config: &DetectorConfig) {
-        if let Some((name, t)) = self.node_times.remove_entry(node) {
-            self.ranked.remove(&(t, name));
+        if let Some(t) = self.node_times.remove(node) {
+            uncount(&mut self.ranked, t);
             self.newest_ms = self.newest_ms.max(self.skew_bounded(config));
         }
     }
@@ -102,7 +103,7 @@ impl ClusterClock {
 
     /// The newest event time a node (not lost) reported; `None` before any.
     pub fn newest_reported(&self) -> Option<i64> {
-        self.ranked.last().map(|(t, _)| *t)
+        self.ranked.last_key_value().map(|(t, _)| *t)
     }
 
     /// An idle tick: not a node's report, only the clock moves.
@@ -116,13 +117,26 @@ impl ClusterClock {
     /// `max_clock_skew_s` behind the newest, so a cluster in which one node
     /// survives still sees the others go silent.
     fn skew_bounded(&self, config: &DetectorConfig) -> Option<i64> {
-        let mut newest_first = self.ranked.iter().rev().map(|(t, _)| *t);
-        let newest = newest_first.next()?;
-        if self.ranked.len() < 3 {
+        let mut newest_first = self.ranked.iter().rev();
+        let (&newest, &at_newest) = newest_first.next()?;
+        if self.node_times.len() < 3 {
             return Some(newest);
         }
-        let second = newest_first.next().unwrap_or(newest);
+        let second = match at_newest {
+            1 => newest_first.next().map_or(newest, |(t, _)| *t),
+            _ => newest,
+        };
         Some(second.max(newest - ms(config.max_clock_skew_s)))
+    }
+}
+
+/// One node fewer at `time_ms`.
+fn uncount(ranked: &mut BTreeMap<i64, u32>, time_ms: i64) {
+    if let Some(n) = ranked.get_mut(&time_ms) {
+        *n -= 1;
+        if *n == 0 {
+            ranked.remove(&time_ms);
+        }
     }
 }
 

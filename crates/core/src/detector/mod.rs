@@ -117,9 +117,9 @@ pub struct DetectorStats {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 struct NodeView {
-    /// The node's name, shared with the heartbeat deadlines so a heartbeat
-    /// allocates nothing; set by the first.
-    name: Option<std::sync::Arc<str>>,
+    /// The node's number among the cluster's heartbeat deadlines; set by
+    /// its first heartbeat.
+    timer: Option<u32>,
     last_heartbeat_ms: Option<i64>,
     /// The cluster's clock when that heartbeat was applied: deadlines run
     /// from here, so a node whose own clock runs slow is not silent.

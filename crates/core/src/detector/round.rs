@@ -62,7 +62,8 @@ impl Detector {
             let s = &input.source;
             input.caught_up = last.get(&(s.topic.as_str(), s.partition)) == Some(&(s.offset, true));
         }
-        inputs.sort_by(|a, b| canonical(a).cmp(&canonical(b)));
+        // Keys are unique (a record's position and index): unstable is exact.
+        inputs.sort_unstable_by(|a, b| canonical(a).cmp(&canonical(b)));
         let mut out = Vec::new();
         for input in &inputs {
             for output in self.apply(input) {

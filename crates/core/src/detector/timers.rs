@@ -12,13 +12,35 @@ use crate::records::{AgentEvent, DetectionMethod};
 use crate::taxonomy::{FailureKind, Severity};
 
 /// (heartbeat deadline, node) of every watched node, soonest first: the
-/// timers fire by popping the front, not by scanning every node.
+/// timers fire by popping the front, not by scanning every node. Nodes are
+/// numbered in the order the cluster first heard them (most deadlines tie
+/// on the second, and a number compares without reading a name); what
+/// fires is put back in name order ([`lost_nodes`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(super) struct HeartbeatDeadlines(BTreeSet<(i64, Arc<str>)>);
+pub(super) struct HeartbeatDeadlines {
+    due: BTreeSet<(i64, u32)>,
+    names: Vec<Arc<str>>,
+}
 
 impl HeartbeatDeadlines {
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.due.is_empty()
+    }
+
+    /// `node`'s number, given at its first heartbeat.
+    fn number(&mut self, node: &mut NodeView, name: &str) -> u32 {
+        *node.timer.get_or_insert_with(|| {
+            self.names.push(Arc::from(name));
+            (self.names.len() - 1) as u32
+        })
+    }
+
+    fn start(&mut self, at: i64, number: u32) {
+        self.due.insert((at, number));
+    }
+
+    fn stop(&mut self, at: i64, number: u32) {
+        self.due.remove(&(at, number));
     }
 
     /// A heartbeat of `node` (named by `event`), heard when the cluster's
@@ -36,12 +58,9 @@ impl HeartbeatDeadlines {
             return; // not newer than the last
         }
         let deadline = ms(config.heartbeat_deadline_s);
-        let name = node
-            .name
-            .get_or_insert_with(|| Arc::from(event.node.as_str()))
-            .clone();
+        let number = self.number(node, &event.node);
         if let (Some(heard), None) = (node.heard_ms, node.lost_at_ms) {
-            self.0.remove(&(heard + deadline, name.clone()));
+            self.stop(heard + deadline, number);
         }
         // Applied after the clock moved, so never behind the event.
         let heard = now.unwrap_or(event.time_ms);
@@ -67,14 +86,15 @@ impl HeartbeatDeadlines {
             node.lost_at_ms = None;
         }
         if node.lost_at_ms.is_none() {
-            self.0.insert((heard + deadline, name));
+            self.start(heard + deadline, number);
         }
     }
 
     /// The soonest deadline if the watermark has passed it, removed.
     fn pop_passed(&mut self, watermark: i64) -> Option<(i64, Arc<str>)> {
-        if self.0.first().is_some_and(|(at, _)| *at < watermark) {
-            self.0.pop_first()
+        if self.due.first().is_some_and(|(at, _)| *at < watermark) {
+            let (at, number) = self.due.pop_first()?;
+            Some((at, self.names[number as usize].clone()))
         } else {
             None
         }
@@ -89,11 +109,10 @@ impl ClusterView {
         if let Some(view) = self.nodes.get_mut(node)
             && let Some(heard) = view.heard_ms.take()
             && view.lost_at_ms.is_none()
-            && let Some(name) = view.name.clone()
+            && let Some(number) = view.timer
         {
             self.deadlines
-                .0
-                .remove(&(heard + ms(config.heartbeat_deadline_s), name));
+                .stop(heard + ms(config.heartbeat_deadline_s), number);
         }
         self.forget(node, config);
     }
@@ -115,18 +134,18 @@ impl ClusterView {
         }
         let deadline = ms(config.heartbeat_deadline_s);
         for view in self.nodes.values_mut() {
-            let (Some(heard), Some(last), None, Some(name)) = (
+            let (Some(heard), Some(last), None, Some(number)) = (
                 view.heard_ms,
                 view.last_heartbeat_ms,
                 view.lost_at_ms,
-                &view.name,
+                view.timer,
             ) else {
                 continue;
             };
             let rebased = last.min(after);
             if rebased > heard {
-                self.deadlines.0.remove(&(heard + deadline, name.clone()));
-                self.deadlines.0.insert((rebased + deadline, name.clone()));
+                self.deadlines.stop(heard + deadline, number);
+                self.deadlines.start(rebased + deadline, number);
                 view.heard_ms = Some(rebased);
             }
         }
@@ -135,10 +154,9 @@ impl ClusterView {
     /// Marks `node` reported lost at `at`: its heartbeat timer stops.
     pub(super) fn mark_lost(&mut self, node: &str, at: i64, config: &DetectorConfig) {
         if let Some(view) = self.nodes.get_mut(node) {
-            if let (Some(last), None, Some(name)) = (view.heard_ms, view.lost_at_ms, &view.name) {
+            if let (Some(last), None, Some(number)) = (view.heard_ms, view.lost_at_ms, view.timer) {
                 self.deadlines
-                    .0
-                    .remove(&(last + ms(config.heartbeat_deadline_s), name.clone()));
+                    .stop(last + ms(config.heartbeat_deadline_s), number);
             }
             view.lost_at_ms = Some(view.lost_at_ms.map_or(at, |t| t.max(at)));
         }
@@ -221,6 +239,9 @@ fn lost_nodes(view: &mut ClusterView, watermark: i64) -> Vec<(i64, Candidate)> {
             },
         ));
     }
+    // Deadlines that tie fire in name order, whatever order the nodes
+    // were first heard in.
+    due.sort_by(|(a, x), (b, y)| (a, &x.node).cmp(&(b, &y.node)));
     due
 }
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use tokio::sync::Notify;
 use unicron_bus::BusError;
-use unicron_bus::producer::{Delivered, Outbound};
+use unicron_bus::producer::{Delivered, Outbound, OwnedOutbound, Sending};
 use unicron_codec::{DecodeError, InboundRecord};
 use unicron_runtime::{Positions, Sink, Source};
 
@@ -43,6 +43,8 @@ struct Script {
     commits: usize,
     /// Hands out one record per batch.
     unbatched: bool,
+    /// Events handed out so far.
+    handed_out: usize,
 }
 
 /// Hands out the scripted events in order; waits forever when none are
@@ -94,6 +96,13 @@ impl ScriptedSource {
         self.script.lock().unwrap().commits
     }
 
+    /// Whether the records through the `n`-th scripted event (0-based)
+    /// were handed out.
+    pub fn sent_through(&self, n: usize) -> bool {
+        let script = self.script.lock().unwrap();
+        script.handed_out > n
+    }
+
     /// Whether every scripted event was handed out.
     pub fn exhausted(&self) -> bool {
         self.script.lock().unwrap().events.is_empty()
@@ -122,7 +131,9 @@ impl ScriptedSource {
     fn next(&self) -> Option<InboundRecord> {
         let mut script = self.script.lock().unwrap();
         loop {
-            match script.events.pop_front()? {
+            let event = script.events.pop_front()?;
+            script.handed_out += 1;
+            match event {
                 Event::Record(record) => return Some(record),
                 Event::Assign(partitions) => {
                     script.assigned = partitions.into_iter().collect();
@@ -238,9 +249,20 @@ struct Sends {
 #[derive(Default)]
 pub struct RecordingSink {
     sends: Mutex<Sends>,
+    /// When set, a `send_owned` delivery completes only with a permit.
+    gate: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl RecordingSink {
+    /// A sink whose `send_owned` deliveries each wait for a permit of
+    /// `gate` (the records are recorded at once, as a producer queues).
+    pub fn gated(gate: std::sync::Arc<tokio::sync::Semaphore>) -> RecordingSink {
+        RecordingSink {
+            gate: Some(gate),
+            ..RecordingSink::default()
+        }
+    }
+
     /// A sink whose `call`-th `send_all` fails, delivering nothing.
     pub fn failing_at(call: usize) -> RecordingSink {
         RecordingSink {
@@ -248,6 +270,7 @@ impl RecordingSink {
                 fails_at: Some(call),
                 ..Sends::default()
             }),
+            gate: None,
         }
     }
 
@@ -266,7 +289,27 @@ impl RecordingSink {
 }
 
 impl Sink for RecordingSink {
+    /// Recorded at once, as a producer queues at once; delivered when
+    /// awaited.
+    fn send_owned(&self, records: Vec<OwnedOutbound>) -> Sending {
+        let outbound: Vec<Outbound<'_>> = records.iter().map(OwnedOutbound::outbound).collect();
+        let result = self.record(&outbound);
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.acquire().await.expect("the gate stays open").forget();
+            }
+            result
+        })
+    }
+
     async fn send_all(&self, records: &[Outbound<'_>]) -> Result<Vec<Delivered>, BusError> {
+        self.record(records)
+    }
+}
+
+impl RecordingSink {
+    fn record(&self, records: &[Outbound<'_>]) -> Result<Vec<Delivered>, BusError> {
         let mut sends = self.sends.lock().unwrap();
         sends.calls += 1;
         if sends.fails_at == Some(sends.calls) {

@@ -29,6 +29,8 @@ pub(super) struct PendingRound {
     /// A warm-up read after a takeover, applied as a round of its own
     /// before the inputs: its inputs and the records they came from.
     pub(super) warm: Option<(Vec<DetectorInput>, Vec<InboundRecord>)>,
+    /// When the round's first record was read (operational: idle ticks).
+    pub(super) heard_at: Option<std::time::Instant>,
 }
 
 impl DetectorProcessor {
@@ -71,6 +73,7 @@ impl DetectorProcessor {
             end.groups.push(vec![warm]);
         }
         let pending = &mut self.round;
+        pending.heard_at = None;
         if pending.inputs.is_empty()
             && pending.ticks.is_empty()
             && pending.caught_up.is_empty()
