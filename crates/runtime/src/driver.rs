@@ -1,9 +1,11 @@
 //! The loop: consume → decode → apply (a batch of waiting records) →
 //! commit → publish → mark done, over any [`Source`] and [`Sink`].
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::time::Instant;
 
+use futures::FutureExt as _;
 use unicron_bus::dlq::encode_dead_letter;
 use unicron_bus::producer::{Outbound, OwnedOutbound, Sending};
 use unicron_codec::{AvroCodec, InboundRecord, KafkaConfig, Topic, Topics};
@@ -61,7 +63,7 @@ pub async fn drive<P: Processor>(
         done: PartitionOffsets::default(),
         last_read: processor.tick_every().map(|_| PartitionOffsets::default()),
         generation: source.generation(),
-        in_flight: None,
+        in_flight: VecDeque::new(),
     };
     if let Some(store) = store {
         driver.published = drain(store, sink).await?;
@@ -78,12 +80,12 @@ pub async fn drive<P: Processor>(
     'reading: loop {
         // With nothing left to read, the batch in flight lands now: an
         // idle loop leaves no record unmarked.
-        let waiting = match driver.in_flight.is_some() {
-            true => source.try_recv(),
-            false => None,
+        let waiting = match driver.in_flight.is_empty() {
+            false => source.try_recv(),
+            true => None,
         };
-        if waiting.is_none() && driver.in_flight.is_some() {
-            driver.land().await?;
+        if waiting.is_none() && !driver.in_flight.is_empty() {
+            driver.land(0).await?;
             driver.report(processor, Report::IfPublished).await?;
         }
         let first = match waiting {
@@ -130,7 +132,7 @@ pub async fn drive<P: Processor>(
     }
     processor.stopping()?;
     driver.settle(processor, Report::IfPublished).await?;
-    driver.land().await?;
+    driver.land(0).await?;
     driver.report(processor, Report::IfPublished).await?;
     source.commit_now().map_err(RuntimeError::from)?;
     Ok(())
@@ -158,9 +160,14 @@ struct Driver<'a, S, K> {
     last_read: Option<PartitionOffsets>,
     /// The group generation the processor last heard of.
     generation: u64,
-    /// The previous batch, if its last outputs are still being delivered.
-    in_flight: Option<InFlight>,
+    /// Batches whose last outputs are still being delivered, oldest first
+    /// (at most [`MAX_IN_FLIGHT`]).
+    in_flight: VecDeque<InFlight>,
 }
+
+/// How many batches may be delivered while the next is read and applied:
+/// enough to cover an acknowledgement that takes longer than a batch.
+const MAX_IN_FLIGHT: usize = 4;
 
 /// A batch whose last outputs (a round-applying processor's last group and
 /// its dead letters) were queued and not yet acknowledged: the next batch
@@ -213,6 +220,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
             // What was read before the rebalance is committed before the
             // processor hears of it (a takeover reads the store).
             self.settle(processor, Report::IfPublished).await?;
+            self.land(0).await?;
             self.generation = read_in;
             processor.reassigned(&self.source.assigned()).await?;
             processor.observe(self.status());
@@ -316,7 +324,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
         processor: &mut P,
         report: Report,
     ) -> Result<(), P::Error> {
-        self.land().await?;
+        self.land(MAX_IN_FLIGHT - 1).await?;
         self.end_batch(processor).await?;
         self.flush().await?;
         self.report(processor, report).await?;
@@ -386,7 +394,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
                 key,
                 payload,
             }));
-            self.in_flight = Some(InFlight {
+            self.in_flight.push_back(InFlight {
                 sending: self.sink.send_owned(owned),
                 reported,
                 done: std::mem::take(&mut self.done),
@@ -406,27 +414,40 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
         Ok(())
     }
 
-    /// Waits for the batch in flight, if any: where its outputs landed,
-    /// then its records marked done.
-    async fn land(&mut self) -> Result<(), RuntimeError> {
-        let Some(flight) = self.in_flight.take() else {
-            return Ok(());
-        };
-        let landed = flight.sending.await?;
-        self.published
-            .extend(
-                flight
-                    .reported
-                    .into_iter()
-                    .zip(landed)
-                    .map(|(topic, at)| Published {
-                        topic,
-                        partition: at.partition,
-                        offset: at.offset,
-                    }),
-            );
-        for (topic, partition, offset) in flight.done.iter() {
-            self.source.mark_done(topic, partition, offset)?;
+    /// Lands the batches in flight that are delivered, oldest first, and
+    /// waits for the oldest until at most `keep` are left: where their
+    /// outputs landed, then their records marked done.
+    async fn land(&mut self, keep: usize) -> Result<(), RuntimeError> {
+        loop {
+            let must_wait = self.in_flight.len() > keep;
+            let Some(oldest) = self.in_flight.front_mut() else {
+                break;
+            };
+            let landed = match oldest.sending.as_mut().now_or_never() {
+                Some(landed) => landed,
+                None if must_wait => oldest.sending.as_mut().await,
+                None => break,
+            };
+            let flight = self.in_flight.pop_front().expect("the oldest is there");
+            self.published
+                .extend(
+                    flight
+                        .reported
+                        .into_iter()
+                        .zip(landed?)
+                        .map(|(topic, at)| Published {
+                            topic,
+                            partition: at.partition,
+                            offset: at.offset,
+                        }),
+                );
+            for (topic, partition, offset) in flight.done.iter() {
+                // A partition revoked meanwhile takes no offsets: its new
+                // owner reads those records again (a duplicate, no loss).
+                if let Err(error) = self.source.mark_done(topic, partition, offset) {
+                    tracing::warn!(service = self.service, topic, partition, offset, %error, "cannot store the offset");
+                }
+            }
         }
         Ok(())
     }

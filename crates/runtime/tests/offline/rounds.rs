@@ -60,11 +60,16 @@ async fn until(mut ready: impl FnMut() -> bool) {
     panic!("the loop never got there");
 }
 
+/// Records before `n` handed out, and not `n` itself.
+fn handed_out(source: &ScriptedSource, n: usize) -> bool {
+    source.sent_through(n - 1) && !source.sent_through(n)
+}
+
 #[tokio::test]
-async fn the_next_batch_is_applied_while_the_last_round_is_delivered() {
+async fn batches_are_applied_while_earlier_rounds_are_delivered() {
     let source = ScriptedSource::new(
         &[(INPUT, 0)],
-        (0..3).map(|o| record(INPUT, 0, o, "k", b"x")).collect(),
+        (0..6).map(|o| record(INPUT, 0, o, "k", b"x")).collect(),
     );
     let gate = Arc::new(Semaphore::new(0));
     let sink = RecordingSink::gated(gate.clone());
@@ -73,23 +78,30 @@ async fn the_next_batch_is_applied_while_the_last_round_is_delivered() {
     let mut options = options(Durability::AtLeastOnce);
     options.max_batch = 1;
     let stop = tokio::sync::Notify::new();
-    let test = async {
-        // Round 0 is queued and not delivered: record 1 is read and
-        // applied meanwhile, and nothing is marked done.
-        until(|| source.sent_through(1)).await;
-        until(|| sink.texts(OUTPUT).len() == 1).await;
-        for _ in 0..100 {
+    let settle = || async {
+        for _ in 0..200 {
             tokio::task::yield_now().await;
         }
-        assert_eq!(sink.texts(OUTPUT), ["round 0"]);
-        assert!(source.marks().is_empty(), "marked before its round landed");
-        // Round 0 lands: record 0 is marked, round 1 goes out.
+    };
+    let rounds_sent = || sink.texts(OUTPUT).len();
+    let marked = || -> Vec<i64> { source.marks().into_iter().map(|(_, _, o)| o).collect() };
+    let test = async {
+        // No round is delivered: four are queued while records are read
+        // and applied; the fifth record is applied and its round waits
+        // for room; nothing is marked done.
+        until(|| rounds_sent() == 4).await;
+        settle().await;
+        assert_eq!(rounds_sent(), 4);
+        assert!(handed_out(&source, 5), "the fifth record is read, not the sixth");
+        assert!(marked().is_empty(), "marked before its round landed");
+        // The first round lands: its record is marked, and only its.
         gate.add_permits(1);
-        until(|| sink.texts(OUTPUT).len() == 2).await;
-        assert_eq!(source.marks(), [(INPUT.to_string(), 0, 0)]);
+        until(|| !marked().is_empty()).await;
+        settle().await;
+        assert_eq!(marked(), [0]);
         // Every round lands: the last is marked with nothing left to read.
         gate.add_permits(10);
-        source.done_through(INPUT, 0, 2).await;
+        source.done_through(INPUT, 0, 5).await;
         stop.notify_one();
     };
     let outputs = dead_letters();
@@ -105,7 +117,7 @@ async fn the_next_batch_is_applied_while_the_last_round_is_delivered() {
         test
     );
     driven.unwrap();
-    assert_eq!(sink.texts(OUTPUT), ["round 0", "round 1", "round 2"]);
-    let marks: Vec<i64> = source.marks().into_iter().map(|(_, _, o)| o).collect();
-    assert_eq!(marks, [0, 1, 2]);
+    let expected: Vec<String> = (0..6).map(|o| format!("round {o}")).collect();
+    assert_eq!(sink.texts(OUTPUT), expected);
+    assert_eq!(marked(), [0, 1, 2, 3, 4, 5]);
 }
