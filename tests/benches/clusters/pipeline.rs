@@ -736,6 +736,9 @@ fn raw_consume_per_s(brokers: &str, topics: &[&str], records: u64) -> f64 {
         .set("bootstrap.servers", brokers)
         .set("group.id", "raw-consume")
         .set("enable.auto.commit", "false")
+        // As the services' consumers: no 1-s pause once the prefetch
+        // queue fills.
+        .set("fetch.queue.backoff.ms", "20")
         .create()
         .expect("a raw consumer");
     let mut assignment = TopicPartitionList::new();

@@ -92,7 +92,10 @@ async fn batches_are_applied_while_earlier_rounds_are_delivered() {
         until(|| rounds_sent() == 4).await;
         settle().await;
         assert_eq!(rounds_sent(), 4);
-        assert!(handed_out(&source, 5), "the fifth record is read, not the sixth");
+        assert!(
+            handed_out(&source, 5),
+            "the fifth record is read, not the sixth"
+        );
         assert!(marked().is_empty(), "marked before its round landed");
         // The first round lands: its record is marked, and only its.
         gate.add_permits(1);
