@@ -69,6 +69,9 @@ SECTIONS = [
     ("detector", "Detector: telemetry through the service, and detection latency",
      "48 nodes × 150 dcgm-exporter-like batches of 64 samples through the detector service on the embedded broker, against the same records read raw and decoded in-process; then single round trips from a failing log line produced to its failure event consumed.",
      "cargo bench -p unicron-tests --bench detector_pipeline"),
+    ("heartbeats", "Detector: heartbeats from a backlog, against a plain consumer",
+     "Heartbeats are most of the detector's input (one per node a second). 6,400 nodes × 40 s of them produced first, then read by a plain rdkafka consumer and by the detector service started on the backlog (timed from a tenth of them read to the last, so the group join and the start-up warm-up read are left out), on the same broker; and the detector's core alone on the same records in rounds of the service's size. `-- --kafka` runs it on a three-broker Apache Kafka cluster on the same machine.",
+     "cargo bench -p unicron-tests --bench detector_heartbeats"),
     ("classify", "Detector: log classification, one core",
      "The built-in rules over a million generated lines: one Aho-Corasick pass per line, the regex set only on a keyword hit.",
      "cargo bench -p unicron-tests --bench classify_lines"),
@@ -110,6 +113,7 @@ def main():
     stages = [
         ("detector service on the embedded broker (telemetry batches)", cell(outs["detector"], "detector service", 2)),
         ("detector core in-process: decode + classify (telemetry batches)", cell(outs["detector"], "detector core", 2)),
+        ("detector service on the embedded broker (heartbeats, from a backlog)", cell(outs["heartbeats"], "detector service", 3)),
         ("log classification, one core (lines)", cell(outs["classify"], "99% benign", 4)),
         ("offline loop, 128 GPUs (records)", cell(outs["offline"], "128", 6)),
         ("archive read (records)", cell(outs["replay"], "read the archive", 3)),

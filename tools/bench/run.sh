@@ -26,6 +26,7 @@ bench() { # name, cargo bench arguments...
 
 bench transport -p unicron-tests --bench transport
 bench detector -p unicron-tests --bench detector_pipeline
+bench heartbeats -p unicron-tests --bench detector_heartbeats
 bench classify -p unicron-tests --bench classify_lines
 bench new_topic -p unicron-tests --bench new_topic
 echo "bench: rsyslog and Prometheus in front of the detector" >&2
