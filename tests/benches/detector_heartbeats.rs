@@ -240,17 +240,17 @@ async fn run() {
         service_read,
         service_s,
     );
+    row(
+        "detector core in-process: decode + rounds of 4,096",
+        records,
+        core_s,
+    );
     println!();
     println!(
         "detector service: {rounds} rounds ({:.0} records each), process CPU {service_cpu_s:.2} s over {service_s:.2} s",
         service_read as f64 / rounds.max(1) as f64
     );
     println!();
-    row(
-        "detector core in-process: decode + rounds of 4,096",
-        records,
-        core_s,
-    );
 }
 
 /// Seconds a bare consumer takes from its first record to `records`.
