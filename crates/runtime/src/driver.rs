@@ -1,18 +1,17 @@
 //! The loop: consume → decode → apply (a batch of waiting records) →
 //! commit → publish → mark done, over any [`Source`] and [`Sink`].
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::time::Instant;
 
-use futures::FutureExt as _;
 use unicron_bus::dlq::encode_dead_letter;
-use unicron_bus::producer::{Outbound, OwnedOutbound, Sending};
+use unicron_bus::producer::{Outbound, OwnedOutbound};
 use unicron_codec::{AvroCodec, InboundRecord, KafkaConfig, Topic, Topics};
 use unicron_core::DeadLetter;
 use unicron_store::{Commit, OutboxEntry, Store};
 
 use crate::error::RuntimeError;
+use crate::in_flight::{Flights, InFlight, MAX_IN_FLIGHT, owned};
 use crate::io::{Sink, Source};
 use crate::offsets::PartitionOffsets;
 use crate::options::{Durability, OnStop, RuntimeOptions};
@@ -63,7 +62,7 @@ pub async fn drive<P: Processor>(
         done: PartitionOffsets::default(),
         last_read: processor.tick_every().map(|_| PartitionOffsets::default()),
         generation: source.generation(),
-        in_flight: VecDeque::new(),
+        in_flight: Flights::default(),
     };
     if let Some(store) = store {
         driver.published = drain(store, sink).await?;
@@ -160,25 +159,8 @@ struct Driver<'a, S, K> {
     last_read: Option<PartitionOffsets>,
     /// The group generation the processor last heard of.
     generation: u64,
-    /// Batches whose last outputs are still being delivered, oldest first
-    /// (at most [`MAX_IN_FLIGHT`]).
-    in_flight: VecDeque<InFlight>,
-}
-
-/// How many batches may be delivered while the next is read and applied:
-/// enough to cover an acknowledgement that takes longer than a batch.
-const MAX_IN_FLIGHT: usize = 4;
-
-/// A batch whose last outputs (a round-applying processor's last group and
-/// its dead letters) were queued and not yet acknowledged: the next batch
-/// is read and applied meanwhile, and this one's records are marked done
-/// only once they land.
-struct InFlight {
-    sending: Sending,
-    /// The topic of each output the processor hears of, in order (the
-    /// dead letters after them are not reported).
-    reported: Vec<String>,
-    done: PartitionOffsets,
+    /// Batches whose last outputs are still being delivered.
+    in_flight: Flights,
 }
 
 /// When the processor hears where its outputs landed.
@@ -394,7 +376,7 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
                 key,
                 payload,
             }));
-            self.in_flight.push_back(InFlight {
+            self.in_flight.push(InFlight {
                 sending: self.sink.send_owned(owned),
                 reported,
                 done: std::mem::take(&mut self.done),
@@ -414,42 +396,11 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
         Ok(())
     }
 
-    /// Lands the batches in flight that are delivered, oldest first, and
-    /// waits for the oldest until at most `keep` are left: where their
-    /// outputs landed, then their records marked done.
+    /// Lands what is in flight until at most `keep` batches are left.
     async fn land(&mut self, keep: usize) -> Result<(), RuntimeError> {
-        loop {
-            let must_wait = self.in_flight.len() > keep;
-            let Some(oldest) = self.in_flight.front_mut() else {
-                break;
-            };
-            let landed = match oldest.sending.as_mut().now_or_never() {
-                Some(landed) => landed,
-                None if must_wait => oldest.sending.as_mut().await,
-                None => break,
-            };
-            let flight = self.in_flight.pop_front().expect("the oldest is there");
-            self.published
-                .extend(
-                    flight
-                        .reported
-                        .into_iter()
-                        .zip(landed?)
-                        .map(|(topic, at)| Published {
-                            topic,
-                            partition: at.partition,
-                            offset: at.offset,
-                        }),
-                );
-            for (topic, partition, offset) in flight.done.iter() {
-                // A partition revoked meanwhile takes no offsets: its new
-                // owner reads those records again (a duplicate, no loss).
-                if let Err(error) = self.source.mark_done(topic, partition, offset) {
-                    tracing::warn!(service = self.service, topic, partition, offset, %error, "cannot store the offset");
-                }
-            }
-        }
-        Ok(())
+        self.in_flight
+            .land(keep, self.source, self.service, &mut self.published)
+            .await
     }
 
     fn dead_letter(
@@ -595,14 +546,5 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
         }
         self.done.clear();
         Ok(())
-    }
-}
-
-fn owned(record: Outbound<'_>) -> OwnedOutbound {
-    OwnedOutbound {
-        topic: record.topic.to_string(),
-        partition: record.partition,
-        key: record.key.to_vec(),
-        payload: record.payload.to_vec(),
     }
 }

@@ -12,6 +12,7 @@
 
 mod driver;
 mod error;
+mod in_flight;
 mod io;
 mod kafka;
 mod membership;
