@@ -90,12 +90,12 @@ pub async fn drive<P: Processor>(
         let first = match waiting {
             Some(record) => record.map_err(RuntimeError::from)?,
             None => tokio::select! {
-            record = source.recv() => record.map_err(RuntimeError::from)?,
-            _ = async { ticks.as_mut().expect("guarded").tick().await }, if ticks.is_some() => {
-                driver.tick(processor).await?;
-                continue;
-            }
-            () = &mut shutdown => break,
+                record = source.recv() => record.map_err(RuntimeError::from)?,
+                _ = async { ticks.as_mut().expect("guarded").tick().await }, if ticks.is_some() => {
+                    driver.tick(processor).await?;
+                    continue;
+                }
+                () = &mut shutdown => break,
             },
         };
         // Whatever else is ready joins this record's batch, each with the
