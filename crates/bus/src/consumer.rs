@@ -25,9 +25,8 @@ pub struct Consumer<C: ConsumerContext + 'static = DefaultConsumerContext> {
     inner: StreamConsumer<C>,
     max_record_bytes: usize,
     group_id: String,
-    /// Lag gauges by (topic, partition), so the hot path does not build labels.
     /// Per topic and partition, its metric handles: looked up without
-    /// allocating, since every record updates them.
+    /// allocating or building labels, since every record updates them.
     partitions: DashMap<String, BTreeMap<i32, PartitionMetrics>>,
 }
 
