@@ -210,11 +210,11 @@ pub struct Bus {
 }
 
 impl Bus {
-    /// Stops the brokers this run started (before `exit`, which skips
-    /// destructors).
+    /// Stops the brokers this run started and removes their data (before
+    /// `exit`, which skips destructors).
     pub fn shutdown(&self) {
         if let Some(cluster) = &self.cluster {
-            cluster.lock().unwrap().shutdown();
+            cluster.lock().unwrap().close();
         }
     }
 

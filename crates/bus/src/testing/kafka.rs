@@ -111,7 +111,7 @@ pub struct KafkaCluster {
     dir: PathBuf,
     nodes: Vec<Node>,
     heap_mb: u32,
-    _scratch: Option<tempfile::TempDir>,
+    scratch: Option<tempfile::TempDir>,
 }
 
 fn free_addrs(n: usize, host: std::net::IpAddr) -> Result<Vec<SocketAddr>, KafkaError> {
@@ -261,7 +261,7 @@ ssl.keystore.location={keystore}
             dir,
             nodes,
             heap_mb: options.heap_mb,
-            _scratch: scratch,
+            scratch,
         };
         cluster.format(options.sasl_ssl.as_ref())?;
         for i in 0..cluster.nodes.len() {
@@ -581,6 +581,15 @@ ssl.keystore.location={keystore}
                 let _ = child.wait();
             }
         }
+    }
+}
+
+impl KafkaCluster {
+    /// Stops every node and removes a data directory of its own: for a
+    /// caller that ends with `std::process::exit`, which skips `Drop`.
+    pub fn close(&mut self) {
+        self.shutdown();
+        self.scratch.take();
     }
 }
 
