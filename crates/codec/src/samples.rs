@@ -366,5 +366,6 @@ pub fn round(full: bool) -> unicron_core::DetectorRound {
             partition: 7,
         }],
         warm: true,
+        read_ms: 1_767_225_601_250,
     }
 }

@@ -25,6 +25,15 @@ pub struct DetectorConfig {
     /// Symptoms (NCCL timeouts, network errors, abnormal exits) are held this
     /// long so one root cause can absorb what every rank reports about it.
     pub correlation_window_s: f64,
+    /// The one setting in processing time: a symptom group also stays open
+    /// this many seconds of the service's clock after it was read, as the
+    /// rounds record it ([`crate::DetectorRound::read_ms`]). Under a backlog
+    /// the watermark crosses a correlation window in milliseconds, and the
+    /// root cause on another partition (a log line read from `logs`, the
+    /// exit it explains from `agent`) may only be fetched a moment later,
+    /// after a partition looked read to its end on a stale high watermark.
+    /// Without a backlog the event-time window is longer than this anyway.
+    pub symptom_settle_s: f64,
     /// A symptom group whose job has a node silent for this long names that
     /// node as lost, before its heartbeat deadline.
     pub suspect_after_s: f64,
@@ -107,6 +116,7 @@ impl Default for DetectorConfig {
             max_future_skew_s: 3600.0,
             max_clock_skew_s: 30.0,
             correlation_window_s: 2.0,
+            symptom_settle_s: 2.0,
             suspect_after_s: 2.0,
             all_silent_grace_s: 60.0,
             resume_grace_s: 15.0,
@@ -183,6 +193,7 @@ impl DetectorConfig {
             ("allowed_lateness_s", self.allowed_lateness_s),
             ("max_clock_skew_s", self.max_clock_skew_s),
             ("correlation_window_s", self.correlation_window_s),
+            ("symptom_settle_s", self.symptom_settle_s),
             ("suspect_after_s", self.suspect_after_s),
             ("all_silent_grace_s", self.all_silent_grace_s),
             ("resume_grace_s", self.resume_grace_s),

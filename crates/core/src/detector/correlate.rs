@@ -84,6 +84,9 @@ pub struct Group {
     /// The first member's time: the window is `[opened_ms, deadline_ms]`.
     pub opened_ms: i64,
     pub deadline_ms: i64,
+    /// The round's read time ([`crate::DetectorRound::read_ms`]) when the
+    /// group opened: it settles from there; 0 when unknown.
+    pub read_ms: i64,
     pub members: Vec<Candidate>,
 }
 
@@ -149,7 +152,8 @@ pub struct Correlator {
 
 impl Correlator {
     /// Offers a candidate; symptoms are held, repeats absorbed, roots emitted.
-    pub fn offer(&mut self, mut c: Candidate, config: &DetectorConfig) -> Offer {
+    /// `read_ms` is the current round's read time (0: unknown).
+    pub fn offer(&mut self, mut c: Candidate, read_ms: i64, config: &DetectorConfig) -> Offer {
         if self.incidents.iter().any(|i| i.absorbs(&c, config)) {
             return Offer::Absorbed;
         }
@@ -161,6 +165,7 @@ impl Correlator {
                     node: c.node.clone(),
                     opened_ms: c.time_ms,
                     deadline_ms: c.time_ms + ms(config.correlation_window_s),
+                    read_ms,
                     members: vec![c],
                 }),
             }
@@ -200,11 +205,20 @@ impl Correlator {
         !self.groups.is_empty()
     }
 
-    /// Groups whose window closed before `watermark_ms`, oldest first.
-    pub fn expired(&mut self, watermark_ms: i64) -> Vec<Group> {
+    /// Groups whose window closed before `watermark_ms` and that have
+    /// settled by `read_ms` (the current round's read time, see
+    /// [`DetectorConfig::symptom_settle_s`]), oldest first.
+    pub fn expired(
+        &mut self,
+        watermark_ms: i64,
+        read_ms: i64,
+        config: &DetectorConfig,
+    ) -> Vec<Group> {
+        let settle = ms(config.symptom_settle_s);
+        let settled = |g: &Group| g.read_ms == 0 || read_ms >= g.read_ms + settle;
         let (mut due, keep): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.groups)
             .into_iter()
-            .partition(|g| g.deadline_ms < watermark_ms);
+            .partition(|g| g.deadline_ms < watermark_ms && settled(g));
         self.groups = keep;
         due.sort_by_key(|g| g.deadline_ms);
         due

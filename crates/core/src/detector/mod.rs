@@ -154,6 +154,8 @@ pub struct Detector {
     /// Silence is no evidence right now (the service lost its broker):
     /// heartbeat and hang timers wait; see [`Detector::hold_silence_timers`].
     silence_timers_held: bool,
+    /// The latest round's read time ([`crate::DetectorRound::read_ms`]).
+    read_ms: i64,
     stats: DetectorStats,
 }
 
@@ -165,6 +167,7 @@ impl Detector {
             clusters: BTreeMap::new(),
             clocks: SourceClocks::default(),
             silence_timers_held: false,
+            read_ms: 0,
             stats: DetectorStats::default(),
         }
     }
@@ -290,6 +293,7 @@ impl Detector {
         }
         let mut pass = ClusterPass {
             config: &self.config,
+            read_ms: self.read_ms,
             view,
             stats: &mut self.stats,
             emitted: Vec::new(),
@@ -411,6 +415,7 @@ impl ClusterView {
 /// correlator, its timers fired, and the failures that emits.
 struct ClusterPass<'a> {
     config: &'a DetectorConfig,
+    read_ms: i64,
     view: &'a mut ClusterView,
     stats: &'a mut DetectorStats,
     emitted: Vec<(Candidate, Severity)>,
@@ -418,7 +423,7 @@ struct ClusterPass<'a> {
 
 impl ClusterPass<'_> {
     fn offer(&mut self, c: Candidate) {
-        match self.view.correlator.offer(c, self.config) {
+        match self.view.correlator.offer(c, self.read_ms, self.config) {
             Offer::Emit(c) => self.emit(c),
             Offer::Held => {}
             Offer::Absorbed => self.stats.absorbed += 1,
@@ -435,7 +440,10 @@ impl ClusterPass<'_> {
             Some(silence) => timers::due(self.view, silence, self.config),
             None => Vec::new(),
         };
-        let groups = self.view.correlator.expired(watermark);
+        let groups = self
+            .view
+            .correlator
+            .expired(watermark, self.read_ms, self.config);
         for c in due {
             self.offer(c);
         }

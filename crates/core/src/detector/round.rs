@@ -29,7 +29,7 @@ pub struct RoundOutput {
 impl Detector {
     /// Applies one round. `inputs` are the observations of exactly the
     /// records `round.ranges` names, in any order. In order: a reset if the
-    /// round says so, the timer hold, the partitions found caught up and
+    /// round says so, the timer hold and read time, the partitions found caught up and
     /// those found behind, the inputs in canonical order (a record counts
     /// as caught up only if it is the last of its partition in the round
     /// and was read as the newest), then the idle ticks. A warm-up round
@@ -43,6 +43,7 @@ impl Detector {
             self.reset();
         }
         self.hold_silence_timers(round.silence_held);
+        self.read_ms = self.read_ms.max(round.read_ms);
         for p in &round.caught_up {
             self.mark_caught_up(&p.topic, p.partition);
         }

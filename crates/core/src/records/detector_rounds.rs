@@ -41,6 +41,12 @@ pub struct DetectorRound {
     /// the previous owner answered for those records.
     #[serde(default)]
     pub warm: bool,
+    /// The service's wall clock when it applied the round, ms since the
+    /// epoch: the only processing time the detector decides on (symptom
+    /// groups settle by it, [`crate::detector::DetectorConfig::symptom_settle_s`]).
+    /// 0 in rounds written before it was recorded: no settling.
+    #[serde(default)]
+    pub read_ms: i64,
 }
 
 /// A topic's partition.

@@ -49,6 +49,7 @@ impl DetectorProcessor {
             silence_held: true,
             ranges: ranges(&records),
             warm: true,
+            read_ms: wall_ms(),
             ..DetectorRound::default()
         };
         pending.seq += 1;
@@ -93,6 +94,7 @@ impl DetectorProcessor {
             failures: Vec::new(),
             behind: std::mem::take(&mut pending.behind),
             warm: false,
+            read_ms: wall_ms(),
         };
         pending.seq += 1;
         let records = std::mem::take(&mut pending.records);
@@ -259,6 +261,14 @@ fn record_failure(failure: &FailureEvent, record: Option<&InboundRecord>) {
         let age = (now.as_millis() as i64 - produced).max(0) as f64 / 1000.0;
         ::metrics::histogram!(DETECTION_LATENCY.name).record(age);
     }
+}
+
+/// The round's read time: the service's wall clock, recorded in the round
+/// so that replay settles symptom groups exactly as the live run did.
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]
