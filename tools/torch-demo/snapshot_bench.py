@@ -10,6 +10,12 @@
    (tools/torch-demo/snapshot_payload.py); the agent sends it to its peer
    over TCP on loopback. MB/s of that send, against `cp` of the same bytes
    to /dev/shm.
+3. `sizes`: per state size, what a save costs (`save_block_s`: the
+   training thread in save(); `at_agent_s`: until the agent holds it;
+   `replica_s`: the peer's copy) against two baselines measured in the same
+   run: `copy_s`, one in-process copy of the same tensors into a buffer
+   allocated before, and `socket_s`, the same bytes through a plain
+   loopback TCP socket between two processes.
 
     tools/torch-demo/snapshot_bench.py [--unicron target/release/unicron] [--json FILE]
 
@@ -170,11 +176,77 @@ def cp_to_shm(mb):
         os.remove(src.name)
 
 
+def copy_s(mb):
+    """One copy of `mb` MB of float32 tensors into a preallocated buffer."""
+    import torch
+
+    n = mb * (1 << 20) // 4
+    chunks = max(1, mb // 64)
+    src = [torch.ones(n // chunks) for _ in range(chunks)]
+    dst = [torch.empty_like(t) for t in src]
+    for d in dst:
+        d.fill_(0)  # pages touched, as the client's slots are
+    best = None
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for d, t in zip(dst, src):
+            d.copy_(t)
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    return best
+
+
+_RECEIVER = """
+import socket, sys
+size = int(sys.argv[1])
+srv = socket.create_server(("127.0.0.1", 0))
+print(srv.getsockname()[1], flush=True)
+buf = bytearray(1 << 22)
+for _ in range(3):
+    conn, _ = srv.accept()
+    got = 0
+    while got < size:
+        n = conn.recv_into(buf)
+        if not n:
+            break
+        got += n
+    conn.sendall(b"k")
+    conn.close()
+"""
+
+
+def socket_s(mb):
+    """`mb` MB through a loopback TCP socket to another process, until it
+    has read them all."""
+    import socket
+
+    size = mb << 20
+    payload = bytearray(size)
+    rx = subprocess.Popen([PYTHON, "-c", _RECEIVER, str(size)], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(rx.stdout.readline())
+        best = None
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                t0 = time.perf_counter()
+                s.sendall(payload)
+                s.recv(1)
+                dt = time.perf_counter() - t0
+            best = dt if best is None else min(best, dt)
+        return best
+    finally:
+        rx.wait(timeout=30)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--unicron", default=os.path.join(REPO, "target", "release", "unicron"))
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--sizes", default="100,1000", help="replica sizes, MB (empty: none)")
+    # 2000 MB needs about 28 GB here: two workers (the state and two slots
+    # each) and two agents (two own snapshots and two replicas each).
+    p.add_argument("--sizes", default="100,1000", help="state sizes, MB (empty: none)")
+    p.add_argument("--no-example-job", action="store_true",
+                   help="only the sizes (the example job's two runs take minutes)")
     p.add_argument("--step-sleep", type=float, action="append",
                    help="the example job's --step-sleep; repeatable (default: 0 and 0.08, "
                         "all compute and the demo's 0.1-s steps)")
@@ -183,7 +255,7 @@ def main():
     if not os.path.exists(args.unicron):
         raise SystemExit(f"{args.unicron}: build it first (cargo build --release -p unicron)")
     report = {"example_job": []}
-    for sleep in args.step_sleep or [0.0, 0.08]:
+    for sleep in [] if args.no_example_job else args.step_sleep or [0.0, 0.08]:
         with_ms, handover = iteration_ms(args.unicron, 1, args.steps, sleep)
         without_ms, _ = iteration_ms(args.unicron, 0, args.steps, sleep)
         row = {
@@ -199,10 +271,26 @@ def main():
               f"{100 * row['snapshot_overhead']:+.1f}% (training thread in save: "
               f"{row['handover_ms_per_save']:.2f} ms per save)")
     report["replicas"] = []
+    report["sizes"] = []
     for mb in (int(s) for s in args.sizes.split(",") if s):
         r = replica(args.unicron, mb)
         r["cp_to_dev_shm_mb_per_s"] = cp_to_shm(mb)
         report["replicas"].append(r)
+        size = {
+            "bytes": mb << 20,
+            "save_block_s": r["save_training_thread_ms"] / 1000,
+            "at_agent_s": r["save_at_agent_ms"] / 1000,
+            "replica_s": r["replica_s"],
+            "copy_s": copy_s(mb),
+            "socket_s": socket_s(mb),
+        }
+        report["sizes"].append(size)
+        print(f"{mb} MB: save() blocks {size['save_block_s']:.3f} s "
+              f"({size['save_block_s'] / size['copy_s']:.2f}x one copy, {size['copy_s']:.3f} s), "
+              f"at the agent {size['at_agent_s']:.3f} s "
+              f"({size['at_agent_s'] / size['copy_s']:.2f}x), replica {size['replica_s']:.3f} s "
+              f"({size['replica_s'] / size['socket_s']:.2f}x a plain socket, "
+              f"{size['socket_s']:.3f} s)")
         print(f"{mb} MB state: replica to the peer {r['replica_mb_per_s']:.0f} MB/s "
               f"({r['replica_s']:.2f} s), cp to /dev/shm {r['cp_to_dev_shm_mb_per_s']:.0f} MB/s; "
               f"save(): training thread {r['save_training_thread_ms']:.0f} ms, at the agent "

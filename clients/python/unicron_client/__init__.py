@@ -12,23 +12,26 @@ from memory, from the peer, or from the job's disk checkpoint.
         train_one_step()
         unicron_client.save(step, {"model": model.state_dict(), ...})
 
-`save` copies the tensors (cheap) and hands serialisation and transfer to a
-background thread, so the next step overlaps them. Outside a unicron agent
-(`UNICRON_SNAPSHOT_SOCKET` unset) `save` does nothing and `restore` only
-calls the given checkpoint loader, so the script runs the same under
-torchrun.  Needs nothing but Python 3 and PyTorch.  See docs/agent.md.
+`save` copies the tensors' bytes once, into one of two buffers allocated
+once and reused (the raw layout of `unicron_client.layout`: no pickle), and
+a background thread hands that buffer to the agent, so the next step
+overlaps the transfer. Outside a unicron agent (`UNICRON_SNAPSHOT_SOCKET`
+unset) `save` does nothing and `restore` only calls the given checkpoint
+loader, so the script runs the same under torchrun. Needs nothing but
+Python 3 and PyTorch. See docs/agent.md.
 """
 
 import collections
-import hashlib
-import io
 import json
+import mmap
 import os
 import queue
 import signal
 import socket
 import sys
 import threading
+
+from . import layout
 
 __all__ = ["Restored", "Snapshots", "restore", "save", "flush", "default"]
 
@@ -38,25 +41,38 @@ __all__ = ["Restored", "Snapshots", "restore", "save", "flush", "default"]
 Restored = collections.namedtuple("Restored", ["state", "source", "step"])
 
 
-def _copy(obj):
-    """A copy of `obj` whose tensors no later training step can change:
-    tensors are detached, moved to the CPU and cloned; containers are
-    rebuilt; everything else is kept (it is serialised on the next line
-    of work, and plain Python values are not mutated in place by torch)."""
-    import torch
+class _Slots:
+    """Two buffers a snapshot is written into, alternately: allocated once
+    (anonymous shared memory, pages touched up front so the first save pays
+    no page faults), grown only when a state outgrows them. A slot is
+    written again only once the background thread has handed it over."""
 
-    if isinstance(obj, torch.Tensor):
-        t = obj.detach()
-        return t.to("cpu", copy=True) if t.device.type != "cpu" else t.clone()
-    if isinstance(obj, dict):
-        out = ((k, _copy(v)) for k, v in obj.items())
-        return collections.OrderedDict(out) if isinstance(obj, collections.OrderedDict) \
-            else dict(out)
-    if isinstance(obj, list):
-        return [_copy(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_copy(v) for v in obj)
-    return obj
+    def __init__(self):
+        self.buffers = [None, None]
+        self.free = [threading.Event(), threading.Event()]
+        for f in self.free:
+            f.set()
+        self.next = 0
+
+    def take(self, size):
+        """(index, buffer) of the next slot, once it is free."""
+        i = self.next
+        self.next = 1 - i
+        self.free[i].wait()
+        self.free[i].clear()
+        buf = self.buffers[i]
+        if buf is None or len(buf) < size:
+            if buf is not None:
+                buf.close()
+            # Room to grow a little without reallocating.
+            buf = mmap.mmap(-1, size + size // 16 + layout.ALIGN)
+            for off in range(0, len(buf), mmap.PAGESIZE):
+                buf[off] = 0
+            self.buffers[i] = buf
+        return i, buf
+
+    def release(self, i):
+        self.free[i].set()
 
 
 class _Connection:
@@ -84,11 +100,16 @@ class _Connection:
         if not line:
             raise ConnectionError("the agent closed the snapshot socket")
         header = json.loads(line)
-        payload = b""
+        payload = bytearray()
         if header.get("ok") and header.get("len"):
-            payload = self.reader.read(header["len"])
-            if len(payload) != header["len"]:
-                raise ConnectionError("the agent's answer was cut short")
+            # Writable, so restored tensors can be views of it.
+            payload = bytearray(header["len"])
+            view, got = memoryview(payload), 0
+            while got < len(payload):
+                n = self.reader.readinto(view[got:])
+                if not n:
+                    raise ConnectionError("the agent's answer was cut short")
+                got += n
         return header, payload
 
     def close(self):
@@ -119,6 +140,7 @@ class Snapshots:
         self.saves = 0
         self.last_error = None
         self._queue = queue.Queue(maxsize=1)
+        self._slots = _Slots()
         self._thread = None
         self._conn = None
         self._warned = False
@@ -144,8 +166,6 @@ class Snapshots:
         return Restored(state, "checkpoint", step)
 
     def _restore_from_agent(self):
-        import torch
-
         try:
             conn = _Connection(self.socket_path)
             try:
@@ -161,30 +181,35 @@ class Snapshots:
             self._warn(f"no snapshot from the agent: {header.get('reason')}; "
                        f"using the checkpoint")
             return None
-        if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
-            self._warn("the agent's snapshot does not match its checksum; using the checkpoint")
+        try:
+            _, state = layout.read(payload)
+        except layout.LayoutError as e:
+            self._warn(f"the agent's snapshot is unreadable ({e}); using the checkpoint")
             return None
-        state = torch.load(io.BytesIO(payload), map_location="cpu")
         return Restored(state, header.get("source") or "memory", header.get("step"))
 
     # ------------------------------------------------------------ save
 
     def save(self, step, state):
         """Hands a snapshot of `state` after training step `step` to the
-        agent. Returns once the tensors are copied; serialisation and
-        transfer run in the background. If the previous snapshot is still
-        on its way, waits for it (at most one in flight, one waiting)."""
+        agent. Returns once the tensors' bytes are copied (one copy, into a
+        buffer allocated once); the transfer runs in the background. If the
+        previous snapshot is still on its way, waits for it (at most one in
+        flight, one waiting). A state holding anything but tensors, plain
+        values, bytes, lists, tuples and dicts raises TypeError."""
         if not self.active:
             return
         import time
 
         t0 = time.perf_counter()
-        item = (int(step), _copy(state), self.kill_mid_save)
+        header, tensors, size = layout.plan(int(step), state)
         if self._thread is None:
             self._thread = threading.Thread(target=self._send_loop, name="unicron-snapshots",
                                             daemon=True)
             self._thread.start()
-        self._queue.put(item)
+        slot, buf = self._slots.take(size)
+        layout.write(buf, header, tensors)
+        self._queue.put((int(step), slot, buf, size, self.kill_mid_save))
         self.save_seconds += time.perf_counter() - t0
         self.saves += 1
 
@@ -194,18 +219,13 @@ class Snapshots:
             self._queue.join()
 
     def _send_loop(self):
-        import torch
-
         while True:
-            step, state, kill = self._queue.get()
+            step, slot, buf, size, kill = self._queue.get()
             try:
-                buf = io.BytesIO()
-                torch.save(state, buf)
-                payload = buf.getvalue()
                 header = {"op": "save", "job": self.job, "rank": self.rank, "step": step,
-                          "generation": self.generation, "len": len(payload),
-                          "sha256": hashlib.sha256(payload).hexdigest()}
-                self._send(header, payload, len(payload) // 2 if kill else None)
+                          "generation": self.generation, "len": size}
+                payload = memoryview(buf)[:size]
+                self._send(header, payload, size // 2 if kill else None)
             except Exception as e:  # the training goes on without snapshots
                 self.last_error = str(e)
                 self._warn(f"snapshot of step {step} not handed over: {e}")
@@ -213,6 +233,7 @@ class Snapshots:
                     self._conn.close()
                     self._conn = None
             finally:
+                self._slots.release(slot)
                 self._queue.task_done()
 
     def _send(self, header, payload, abort_after):

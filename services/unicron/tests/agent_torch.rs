@@ -695,3 +695,20 @@ fn four_agents_recover_two_real_pytorch_jobs_from_five_faults() {
     drop(agents);
     stop_and_replay(up, dir, None);
 }
+
+/// The client's raw snapshot layout, under Debian's PyTorch: states come
+/// back equal (optimizer, RNG, odd dtypes and strides), tensors are views
+/// of the buffer, and foreign or damaged snapshots are refused with the
+/// reason (clients/python/tests).
+#[test]
+fn the_python_clients_raw_layout_round_trips_and_refuses_damage() {
+    need_torch();
+    let out = Command::new(PYTHON)
+        .args(["-m", "unittest", "discover", "-v", "-s"])
+        .arg(repo().join("clients/python/tests"))
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("Ran 0 tests"), "{text}");
+}

@@ -90,7 +90,7 @@ async fn connection(service: Arc<Snapshots>, stream: UnixStream) {
                     continue;
                 }
                 match wire::read_payload(&mut read, &header, limit).await {
-                    Ok(data) => (service.save(&header, data), None),
+                    Ok(payload) => (service.save(&header, payload), None),
                     Err(e) => {
                         let message = format!(
                             "snapshot of job {} rank {} step {} not kept: {e}",
@@ -124,7 +124,7 @@ async fn connection(service: Arc<Snapshots>, stream: UnixStream) {
 impl Snapshots {
     /// A worker's complete snapshot: held if it belongs to the generation
     /// running here and to one of this node's ranks.
-    fn save(&self, header: &Header, data: Vec<u8>) -> Header {
+    fn save(&self, header: &Header, payload: wire::Payload) -> Header {
         let local_world = {
             let jobs = self.jobs.lock().expect("not poisoned");
             let Some(active) = jobs.get(&header.job) else {
@@ -152,8 +152,8 @@ impl Snapshots {
             step: header.step,
             generation: header.generation,
             local_world,
-            sha256: header.sha256.clone(),
-            data,
+            digest: payload.digest,
+            data: payload.data,
         });
         match self.hold(snapshot, Origin::Own) {
             Ok(()) => reply(true, ""),
@@ -249,7 +249,7 @@ impl Snapshots {
                     step: snapshot.step,
                     generation: header.generation,
                     len: snapshot.bytes(),
-                    sha256: snapshot.sha256.clone(),
+                    digest: snapshot.digest.clone(),
                     source,
                     ..Header::default()
                 };

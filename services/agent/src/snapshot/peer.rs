@@ -72,8 +72,8 @@ async fn connection(service: &Snapshots, stream: TcpStream) -> Result<(), WireEr
         match header.op.as_str() {
             "replica" => {
                 let limit = service.store().limit();
-                let data = match wire::read_payload(&mut read, &header, limit).await {
-                    Ok(data) => data,
+                let data = match wire::read_peer_payload(&mut read, &header, limit).await {
+                    Ok(payload) => payload.data,
                     Err(e) => {
                         let message = format!(
                             "replica of job {} rank {} step {} from {} not kept: {e}",
@@ -119,7 +119,7 @@ async fn connection(service: &Snapshots, stream: TcpStream) -> Result<(), WireEr
                             generation: s.generation,
                             local_world: s.local_world,
                             len: s.bytes(),
-                            sha256: s.sha256.clone(),
+                            digest: s.digest.clone(),
                             from: service.node.clone(),
                             ..Header::default()
                         };
@@ -192,7 +192,7 @@ impl Snapshots {
             step: header.step,
             generation: header.generation,
             local_world: header.local_world,
-            sha256: header.sha256.clone(),
+            digest: header.digest.clone(),
             data,
         });
         self.hold(snapshot, Origin::Replica)
@@ -271,7 +271,7 @@ pub(super) async fn push(
         generation: snapshot.generation,
         local_world: snapshot.local_world,
         len: snapshot.bytes(),
-        sha256: snapshot.sha256.clone(),
+        digest: snapshot.digest.clone(),
         from: service.node.clone(),
         ..Header::default()
     };
@@ -372,16 +372,17 @@ async fn fetch_once(
         )));
     }
     let limit = service.store().limit();
-    let data = wire::read_payload(&mut read, &answer, limit)
+    let data = wire::read_peer_payload(&mut read, &answer, limit)
         .await
-        .map_err(|e| retry(e.to_string()))?;
+        .map_err(|e| retry(e.to_string()))?
+        .data;
     Ok(Snapshot {
         job: answer.job,
         rank: answer.rank,
         step: answer.step,
         generation: answer.generation,
         local_world: answer.local_world,
-        sha256: answer.sha256,
+        digest: answer.digest,
         data,
     })
 }

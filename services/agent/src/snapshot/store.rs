@@ -32,8 +32,8 @@ pub struct Snapshot {
     pub step: i64,
     pub generation: i64,
     pub local_world: i32,
-    /// SHA-256 of `data`, hex.
-    pub sha256: String,
+    /// XXH3-128 of `data`, hex (`wire::digest_hex`).
+    pub digest: String,
     pub data: Vec<u8>,
 }
 
@@ -212,7 +212,7 @@ mod tests {
             step,
             generation: 1,
             local_world: 1,
-            sha256: String::new(),
+            digest: String::new(),
             data: vec![0; bytes],
         })
     }

@@ -14,7 +14,7 @@ use unicron_core::{
 };
 
 use super::Snapshots;
-use super::wire::{self, Header, sha256_hex};
+use super::wire::{self, Header, digest_hex};
 use crate::report::{Reported, Reporter};
 use crate::settings::AgentSettings;
 
@@ -156,7 +156,7 @@ impl Worker {
             step,
             generation,
             len: data.len() as u64,
-            sha256: sha256_hex(data),
+            digest: digest_hex(data),
             ..Header::default()
         };
         wire::write(&mut self.write, &header, data).await.unwrap();
@@ -177,6 +177,7 @@ impl Worker {
             wire::read_payload(&mut self.read, &answer, 1 << 20)
                 .await
                 .unwrap()
+                .data
         } else {
             Vec::new()
         };
@@ -278,7 +279,7 @@ async fn torn_foreign_and_oversized_snapshots_are_refused_with_reasons() {
         step: 13,
         generation: 4,
         len: 5,
-        sha256: sha256_hex(b"hello"),
+        digest: digest_hex(b"hello"),
         ..Header::default()
     };
     wire::write(&mut worker.write, &altered, b"jello")
@@ -346,7 +347,7 @@ async fn replicas_come_only_from_the_named_node_under_the_cluster_secret() {
         step: 5,
         generation,
         local_world: 1,
-        sha256: sha256_hex(&state(5)),
+        digest: digest_hex(&state(5)),
         data: state(5),
     };
     let mut conns = std::collections::BTreeMap::new();
@@ -378,7 +379,7 @@ async fn replicas_come_only_from_the_named_node_under_the_cluster_secret() {
         generation: 1,
         local_world: 1,
         len: 1000,
-        sha256: sha256_hex(&[0; 1000]),
+        digest: digest_hex(&[0; 1000]),
         from: "n1".into(),
         ..Header::default()
     };
