@@ -41,80 +41,118 @@ __all__ = ["Restored", "Snapshots", "restore", "save", "flush", "default"]
 Restored = collections.namedtuple("Restored", ["state", "source", "step"])
 
 
+#: Most slots a worker keeps: the agent holds up to three of its snapshots
+#: (two the planner knows, one not yet reported); one more is written.
+MAX_SLOTS = 4
+
+
+class _Slot:
+    """One buffer a snapshot is written into: a memfd (sealable, so the
+    agent can forbid shrinking it), mapped, its pages touched once."""
+
+    def __init__(self, ident, size):
+        self.id = ident
+        self.fd = os.memfd_create(f"unicron-snapshot-{ident}",
+                                  os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.fd, size)
+        self.buf = mmap.mmap(self.fd, size)
+        for off in range(0, size, mmap.PAGESIZE):
+            self.buf[off] = 0
+
+
 class _Slots:
-    """Two buffers a snapshot is written into, alternately: allocated once
-    (anonymous shared memory, pages touched up front so the first save pays
-    no page faults), grown only when a state outgrows them. A slot is
-    written again only once the background thread has handed it over."""
+    """The worker's slots. A slot is written only when the agent does not
+    hold it: each save's reply lists the slots it has released. Handing a
+    slot over copies nothing: the agent maps the same pages, which outlive
+    this process."""
 
     def __init__(self):
-        self.buffers = [None, None]
-        self.free = [threading.Event(), threading.Event()]
-        for f in self.free:
-            f.set()
-        self.next = 0
+        self.slots = []
+        self.free = set()
+        # Being written or handed over: never freed by a release list.
+        self.busy = set()
+        self.lock = threading.Lock()
 
     def take(self, size):
-        """(index, buffer) of the next slot, once it is free."""
-        i = self.next
-        self.next = 1 - i
-        self.free[i].wait()
-        self.free[i].clear()
-        buf = self.buffers[i]
-        if buf is None or len(buf) < size:
-            if buf is not None:
-                buf.close()
-            # Room to grow a little without reallocating.
-            buf = mmap.mmap(-1, size + size // 16 + layout.ALIGN)
-            for off in range(0, len(buf), mmap.PAGESIZE):
-                buf[off] = 0
-            self.buffers[i] = buf
-        return i, buf
+        """A free slot of at least `size` bytes, or None when every slot
+        is held (the save is skipped)."""
+        with self.lock:
+            fits = sorted((s for s in self.slots if s.id in self.free and len(s.buf) >= size),
+                          key=lambda s: s.id)
+            if fits:
+                self.free.discard(fits[0].id)
+                self.busy.add(fits[0].id)
+                return fits[0]
+            if len(self.slots) >= MAX_SLOTS:
+                # Too small ones are dropped for bigger ones.
+                small = [s for s in self.slots if s.id in self.free]
+                if not small:
+                    return None
+                self.slots.remove(small[0])
+                self.free.discard(small[0].id)
+                small[0].buf.close()
+                os.close(small[0].fd)
+            ident = max((s.id for s in self.slots), default=-1) + 1
+            # Room to grow a little without a new slot.
+            slot = _Slot(ident, size + size // 16 + layout.ALIGN)
+            self.slots.append(slot)
+            self.busy.add(ident)
+            return slot
 
-    def release(self, i):
-        self.free[i].set()
+    def count(self):
+        with self.lock:
+            return max((s.id for s in self.slots), default=-1) + 1
+
+    def handed_over(self, slot, held, released):
+        """`slot` went to the agent (`held`: the agent keeps it), whose
+        reply lists `released`: the slots it holds no more."""
+        with self.lock:
+            self.busy.discard(slot.id)
+            known = {s.id for s in self.slots}
+            self.free.update(i for i in released if i in known and i not in self.busy)
+            if held:
+                self.free.discard(slot.id)
+            else:
+                self.free.add(slot.id)
 
 
 class _Connection:
-    """One Unix-socket connection to the agent: a JSON header line, then
-    the payload; every request gets a header line back (and a payload for
-    a restore)."""
+    """One Unix-socket connection to the agent: JSON header lines, each
+    with the descriptors that go with it (SCM_RIGHTS): a save carries the
+    slot's memfd, a restore's answer the snapshot's."""
 
     def __init__(self, path):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
-        self.reader = self.sock.makefile("rb")
+        self.buf = b""
+        self.fds = []
 
-    def send(self, header, payload=b"", abort_after=None):
+    def send(self, header, fd=None):
         line = json.dumps(header).encode() + b"\n"
-        if abort_after is None:
+        if fd is None:
             self.sock.sendall(line)
-            self.sock.sendall(payload)
-            return
-        # Fault injection (tests): part of the payload, then death.
-        self.sock.sendall(line + payload[:abort_after])
-        os.kill(os.getpid(), signal.SIGKILL)
+        else:
+            sent = socket.send_fds(self.sock, [line], [fd])
+            if sent < len(line):
+                self.sock.sendall(line[sent:])
 
     def reply(self):
-        line = self.reader.readline()
-        if not line:
-            raise ConnectionError("the agent closed the snapshot socket")
-        header = json.loads(line)
-        payload = bytearray()
-        if header.get("ok") and header.get("len"):
-            # Writable, so restored tensors can be views of it.
-            payload = bytearray(header["len"])
-            view, got = memoryview(payload), 0
-            while got < len(payload):
-                n = self.reader.readinto(view[got:])
-                if not n:
-                    raise ConnectionError("the agent's answer was cut short")
-                got += n
-        return header, payload
+        """The next header line, and the descriptor that came with it."""
+        while b"\n" not in self.buf:
+            data, fds, _, _ = socket.recv_fds(self.sock, 65536, 4)
+            self.fds.extend(fds)
+            if not data:
+                raise ConnectionError("the agent closed the snapshot socket")
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        fd = self.fds.pop(0) if self.fds else None
+        for extra in self.fds:
+            os.close(extra)
+        self.fds = []
+        return json.loads(line), fd
 
     def close(self):
         try:
-            self.reader.close()
             self.sock.close()
         except OSError:
             pass
@@ -132,8 +170,8 @@ class Snapshots:
         self.generation = int(env.get("UNICRON_GENERATION", "0") or 0)
         self.resume_from = env.get("UNICRON_RESUME_FROM") or None
         self.active = bool(self.socket_path and self.job)
-        #: Fault injection for tests: the next save sends half its payload,
-        #: then the process kills itself with SIGKILL.
+        #: Fault injection for tests: the next save writes half the state
+        #: into its slot, then the process kills itself with SIGKILL.
         self.kill_mid_save = False
         #: Seconds the training thread spent in `save` (copying tensors).
         self.save_seconds = 0.0
@@ -141,6 +179,8 @@ class Snapshots:
         self.last_error = None
         self._queue = queue.Queue(maxsize=1)
         self._slots = _Slots()
+        #: Saves skipped because the agent held every slot.
+        self.skipped = 0
         self._thread = None
         self._conn = None
         self._warned = False
@@ -171,18 +211,33 @@ class Snapshots:
             try:
                 conn.send({"op": "restore", "job": self.job, "rank": self.rank,
                            "generation": self.generation})
-                header, payload = conn.reply()
+                header, fd = conn.reply()
             finally:
                 conn.close()
         except (OSError, ValueError) as e:
             self._warn(f"no snapshot from the agent ({e}); using the checkpoint")
             return None
         if not header.get("ok"):
+            if fd is not None:
+                os.close(fd)
             self._warn(f"no snapshot from the agent: {header.get('reason')}; "
                        f"using the checkpoint")
             return None
+        if fd is None:
+            self._warn("the agent's answer carried no snapshot; using the checkpoint")
+            return None
         try:
-            _, state = layout.read(payload)
+            # Private: the tensors are views of the agent's pages, and a
+            # write to them (there should be none) copies a page here.
+            size = header.get("len") or 0
+            buf = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE) if size else bytearray()
+        except (OSError, ValueError) as e:
+            self._warn(f"the agent's snapshot cannot be mapped ({e}); using the checkpoint")
+            return None
+        finally:
+            os.close(fd)
+        try:
+            _, state = layout.read(buf)
         except layout.LayoutError as e:
             self._warn(f"the agent's snapshot is unreadable ({e}); using the checkpoint")
             return None
@@ -207,9 +262,19 @@ class Snapshots:
             self._thread = threading.Thread(target=self._send_loop, name="unicron-snapshots",
                                             daemon=True)
             self._thread.start()
-        slot, buf = self._slots.take(size)
-        layout.write(buf, header, tensors)
-        self._queue.put((int(step), slot, buf, size, self.kill_mid_save))
+        slot = self._slots.take(size)
+        if slot is None:
+            self.skipped += 1
+            self._warn(f"snapshot of step {step} skipped: the agent still holds every slot")
+        else:
+            if self.kill_mid_save:
+                # Fault injection (tests): die halfway through writing.
+                self._warn(f"fault injection: dying halfway through writing the snapshot "
+                           f"of step {int(step)}")
+                layout.write(slot.buf, header, tensors[:len(tensors) // 2])
+                os.kill(os.getpid(), signal.SIGKILL)
+            layout.write(slot.buf, header, tensors)
+            self._queue.put((int(step), slot, size))
         self.save_seconds += time.perf_counter() - t0
         self.saves += 1
 
@@ -220,12 +285,22 @@ class Snapshots:
 
     def _send_loop(self):
         while True:
-            step, slot, buf, size, kill = self._queue.get()
+            step, slot, size = self._queue.get()
+            held, released = False, []
             try:
                 header = {"op": "save", "job": self.job, "rank": self.rank, "step": step,
-                          "generation": self.generation, "len": size}
-                payload = memoryview(buf)[:size]
-                self._send(header, payload, size // 2 if kill else None)
+                          "generation": self.generation, "len": size, "slot": slot.id,
+                          "slots": self._slots.count()}
+                if self._conn is None:
+                    self._conn = _Connection(self.socket_path)
+                self._conn.send(header, slot.fd)
+                answer, fd = self._conn.reply()
+                if fd is not None:
+                    os.close(fd)
+                released = answer.get("released") or []
+                held = bool(answer.get("ok"))
+                if not held:
+                    raise RuntimeError(answer.get("reason") or "refused")
             except Exception as e:  # the training goes on without snapshots
                 self.last_error = str(e)
                 self._warn(f"snapshot of step {step} not handed over: {e}")
@@ -233,16 +308,8 @@ class Snapshots:
                     self._conn.close()
                     self._conn = None
             finally:
-                self._slots.release(slot)
+                self._slots.handed_over(slot, held, released)
                 self._queue.task_done()
-
-    def _send(self, header, payload, abort_after):
-        if self._conn is None:
-            self._conn = _Connection(self.socket_path)
-        self._conn.send(header, payload, abort_after)
-        answer, _ = self._conn.reply()
-        if not answer.get("ok"):
-            raise RuntimeError(answer.get("reason") or "refused")
 
     def _warn(self, message):
         sys.stderr.write(f"unicron_client: rank {self.rank}: {message}\n")

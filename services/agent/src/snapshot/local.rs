@@ -1,13 +1,19 @@
-//! The local socket: workers save snapshots and ask for the one to
-//! restore. A snapshot is held only once wholly received with a matching
-//! checksum; a worker killed mid-save leaves nothing anyone restores.
+//! The local socket: workers hand over snapshots (a header line and the
+//! memfd of the slot they wrote, mapped here without a copy) and ask for
+//! the one to restore (answered with a header line and a memfd). A worker
+//! killed while writing a slot never handed it over: nothing torn is held.
+//! Each `save` reply lists the worker's slots nothing here holds any more,
+//! which it may write again.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
+use super::fdsocket::{self, FdLines};
+use super::mapped::Mapped;
 use super::store::{Origin, Snapshot};
 use super::wire::{self, Header, WireError};
 use super::{Restored, Snapshots};
@@ -49,10 +55,12 @@ fn reply(ok: bool, reason: impl Into<String>) -> Header {
 }
 
 async fn connection(service: Arc<Snapshots>, stream: UnixStream) {
-    let (read, mut write) = stream.into_split();
-    let mut read = BufReader::with_capacity(1 << 20, read);
+    let mut lines = FdLines::new(&stream);
+    // The slots this worker handed over, by its id for them: one is free
+    // again once nothing here holds its snapshot.
+    let mut slots: BTreeMap<u64, Weak<Snapshot>> = BTreeMap::new();
     loop {
-        let header = match wire::read_header(&mut read).await {
+        let header = match lines.header().await {
             Ok(h) => h,
             Err(WireError::Closed) => return,
             Err(e) => {
@@ -65,84 +73,106 @@ async fn connection(service: Arc<Snapshots>, stream: UnixStream) {
                 return;
             }
         };
-        let (answer, payload) = match header.op.as_str() {
+        let (mut answer, fd) = match header.op.as_str() {
             "save" => {
-                let limit = service.store().limit();
-                if header.len > limit {
-                    // Read past it, so the worker's next save still lands.
-                    let skipped =
-                        tokio::io::copy(&mut (&mut read).take(header.len), &mut tokio::io::sink())
-                            .await;
-                    let message = format!(
-                        "snapshot of job {} rank {} step {} not kept: {} bytes is more than agent.snapshot_memory_limit ({limit} bytes)",
-                        header.job, header.rank, header.step, header.len
-                    );
-                    service.refuse(
-                        "memory_limit",
-                        Some(&header.job),
-                        Some(header.rank),
-                        &message,
-                    );
-                    if skipped.ok() != Some(header.len) {
-                        return;
-                    }
-                    let _ = wire::write(&mut write, &reply(false, message), &[]).await;
-                    continue;
-                }
-                match wire::read_payload(&mut read, &header, limit).await {
-                    Ok(payload) => (service.save(&header, payload), None),
-                    Err(e) => {
-                        let message = format!(
-                            "snapshot of job {} rank {} step {} not kept: {e}",
-                            header.job, header.rank, header.step
-                        );
-                        service.refuse(
-                            reason_of(&e),
-                            Some(&header.job),
-                            Some(header.rank),
-                            &message,
-                        );
-                        if !matches!(e, WireError::Checksum) {
-                            return; // the stream is out of step or gone
+                let fd = lines.descriptor();
+                lines.drop_descriptors();
+                let answer = match service.take_slot(&header, fd) {
+                    Ok(data) => {
+                        let (answer, held) = service.save(&header, data);
+                        if let Some(held) = held {
+                            slots.insert(header.slot, Arc::downgrade(&held));
                         }
-                        (reply(false, message), None)
+                        answer
                     }
+                    Err(message) => reply(false, message),
+                };
+                (answer, None)
+            }
+            "restore" => {
+                lines.drop_descriptors();
+                let (answer, snapshot) = service.restore(&header).await;
+                match snapshot.map(|s| s.data.descriptor()).transpose() {
+                    Ok(fd) => (answer, fd),
+                    Err(e) => (
+                        reply(false, format!("the snapshot cannot be passed on: {e}")),
+                        None,
+                    ),
                 }
             }
-            "restore" => service.restore(&header).await,
             other => (reply(false, format!("unknown op {other:?}")), None),
         };
-        let data = payload
-            .as_ref()
-            .map_or(&[][..], |s: &Arc<Snapshot>| &s.data[..]);
-        if wire::write(&mut write, &answer, data).await.is_err() {
+        slots.retain(|_, held| held.strong_count() > 0);
+        answer.released = released(&slots, &header);
+        if fdsocket::send(&stream, &answer, fd.as_ref()).await.is_err() {
             return;
         }
     }
 }
 
+/// The worker's slots (ids `0..header.slots`) whose snapshots nothing here
+/// holds, after a `save`: the worker may write them again.
+fn released(slots: &BTreeMap<u64, Weak<Snapshot>>, header: &Header) -> Vec<u64> {
+    if header.op != "save" {
+        return Vec::new();
+    }
+    (0..header.slots.max(header.slot + 1))
+        .filter(|id| !slots.contains_key(id))
+        .collect()
+}
+
 impl Snapshots {
+    /// The snapshot a `save` hands over in the memfd that came with it:
+    /// mapped (no copy) and digested; or why it is refused.
+    fn take_slot(&self, header: &Header, fd: Option<OwnedFd>) -> Result<Mapped, String> {
+        let refuse = |reason: &'static str, why: String| {
+            let message = format!(
+                "snapshot of job {} rank {} step {} not kept: {why}",
+                header.job, header.rank, header.step
+            );
+            self.refuse(reason, Some(&header.job), Some(header.rank), &message);
+            message
+        };
+        let limit = self.store().limit();
+        if header.len > limit {
+            return Err(refuse(
+                "memory_limit",
+                format!(
+                    "{} bytes is more than agent.snapshot_memory_limit ({limit} bytes)",
+                    header.len
+                ),
+            ));
+        }
+        let Some(fd) = fd else {
+            return Err(refuse("bad_header", "no descriptor came with it".into()));
+        };
+        Mapped::from_worker(fd, header.len).map_err(|e| refuse("bad_descriptor", e.to_string()))
+    }
+
     /// A worker's complete snapshot: held if it belongs to the generation
     /// running here and to one of this node's ranks.
-    fn save(&self, header: &Header, payload: wire::Payload) -> Header {
+    fn save(&self, header: &Header, data: Mapped) -> (Header, Option<Arc<Snapshot>>) {
         let local_world = {
             let jobs = self.jobs.lock().expect("not poisoned");
             let Some(active) = jobs.get(&header.job) else {
-                return self
-                    .refused_save(header, "no start command for this job reached this node");
+                return (
+                    self.refused_save(header, "no start command for this job reached this node"),
+                    None,
+                );
             };
             if active.role.generation != header.generation {
-                return self.refused_save(
-                    header,
-                    &format!(
-                        "it is of generation {}, this node runs generation {}",
-                        header.generation, active.role.generation
-                    ),
+                let why = format!(
+                    "it is of generation {}, this node runs generation {}",
+                    header.generation, active.role.generation
                 );
+                return (self.refused_save(header, &why), None);
             }
             let first = active.role.node_rank as i32 * active.local_world;
             if !(first..first + active.local_world).contains(&header.rank) {
-                return self.refused_save(header, "that rank does not run on this node");
+                return (
+                    self.refused_save(header, "that rank does not run on this node"),
+                    None,
+                );
             }
             active.local_world
         };
@@ -152,12 +182,12 @@ impl Snapshots {
             step: header.step,
             generation: header.generation,
             local_world,
-            digest: payload.digest,
-            data: payload.data,
+            digest: wire::digest_hex(&data),
+            data,
         });
-        match self.hold(snapshot, Origin::Own) {
-            Ok(()) => reply(true, ""),
-            Err(reason) => reply(false, reason),
+        match self.hold(snapshot.clone(), Origin::Own) {
+            Ok(()) => (reply(true, ""), Some(snapshot)),
+            Err(reason) => (reply(false, reason), None),
         }
     }
 
@@ -224,6 +254,16 @@ impl Snapshots {
             },
             _ => Err("the start command chose the disk checkpoint".to_string()),
         };
+        let found = found.and_then(|s| {
+            if s.data.intact(&s.digest) {
+                Ok(s)
+            } else {
+                Err(format!(
+                    "step {} was altered after it was handed over",
+                    s.step
+                ))
+            }
+        });
         let key = (header.job.clone(), header.rank);
         // Where it really came from: a replica source held here is memory.
         let source = if fetched {

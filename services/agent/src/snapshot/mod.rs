@@ -6,7 +6,9 @@
 //! (`snapshots_stored`) and what each restore cost (`job_restored`).
 //! Operator docs: docs/agent.md, "In-memory snapshots".
 
+mod fdsocket;
 mod local;
+pub mod mapped;
 mod peer;
 pub mod store;
 #[cfg(test)]

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::Snapshots;
 use super::local::reason_of;
+use super::mapped::Mapped;
 use super::store::{Origin, Snapshot};
 use super::wire::{self, Header, WireError};
 use crate::metrics::{REPLICA_BYTES, REPLICA_SECONDS};
@@ -157,7 +158,7 @@ impl Snapshots {
     /// A verified replica: kept only if the newest start command of its
     /// job here names its sender as the node this one holds replicas of,
     /// for the same generation.
-    fn accept_replica(&self, header: &Header, data: Vec<u8>) -> Result<(), String> {
+    fn accept_replica(&self, header: &Header, data: Mapped) -> Result<(), String> {
         let refuse = |why: String| {
             let message = format!(
                 "replica of job {} rank {} step {} from {} not kept: {why}",

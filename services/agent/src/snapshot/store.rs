@@ -34,7 +34,8 @@ pub struct Snapshot {
     pub local_world: i32,
     /// XXH3-128 of `data`, hex (`wire::digest_hex`).
     pub digest: String,
-    pub data: Vec<u8>,
+    /// The bytes, in a memfd (a worker's slot, or the agent's own).
+    pub data: super::mapped::Mapped,
 }
 
 impl Snapshot {
@@ -213,7 +214,7 @@ mod tests {
             generation: 1,
             local_world: 1,
             digest: String::new(),
-            data: vec![0; bytes],
+            data: super::super::mapped::Mapped::from_bytes(&vec![0; bytes]).expect("a memfd"),
         })
     }
 

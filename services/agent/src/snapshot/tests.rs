@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncWriteExt, BufReader};
+use std::os::fd::OwnedFd;
+
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::mpsc;
 use unicron_core::agent::Role;
@@ -14,7 +16,9 @@ use unicron_core::{
 };
 
 use super::Snapshots;
-use super::wire::{self, Header, digest_hex};
+use super::fdsocket::{self, FdLines};
+use super::mapped::Mapped;
+use super::wire::{Header, digest_hex};
 use crate::report::{Reported, Reporter};
 use crate::settings::AgentSettings;
 
@@ -132,20 +136,39 @@ fn start(
 
 /// A worker's connection to its agent.
 struct Worker {
-    read: BufReader<tokio::net::unix::OwnedReadHalf>,
-    write: tokio::net::unix::OwnedWriteHalf,
+    stream: UnixStream,
+    /// The memfd of each save, as the worker keeps its slots.
+    slots: Vec<std::fs::File>,
+}
+
+/// A memfd holding `data`, made as the Python client makes its slots.
+fn memfd(data: &[u8]) -> std::fs::File {
+    use rustix::fs::{MemfdFlags, memfd_create};
+    use std::io::Write;
+    let fd = memfd_create("test-slot", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).unwrap();
+    let mut file = std::fs::File::from(fd);
+    file.write_all(data).unwrap();
+    file
 }
 
 impl Worker {
     async fn connect(agent: &Agent) -> Worker {
-        let (read, write) = UnixStream::connect(&agent.service.socket)
-            .await
-            .unwrap()
-            .into_split();
         Worker {
-            read: BufReader::new(read),
-            write,
+            stream: UnixStream::connect(&agent.service.socket).await.unwrap(),
+            slots: Vec::new(),
         }
+    }
+
+    /// Sends `header` with `fd`, and reads the answer.
+    async fn exchange(
+        &mut self,
+        header: &Header,
+        fd: Option<&OwnedFd>,
+    ) -> (Header, Option<OwnedFd>) {
+        fdsocket::send(&self.stream, header, fd).await.unwrap();
+        let mut lines = FdLines::new(&self.stream);
+        let answer = lines.header().await.unwrap();
+        (answer, lines.descriptor())
     }
 
     async fn save(&mut self, rank: i32, step: i64, generation: i64, data: &[u8]) -> Header {
@@ -156,11 +179,14 @@ impl Worker {
             step,
             generation,
             len: data.len() as u64,
-            digest: digest_hex(data),
+            slot: self.slots.len() as u64,
+            slots: self.slots.len() as u64 + 1,
             ..Header::default()
         };
-        wire::write(&mut self.write, &header, data).await.unwrap();
-        wire::read_header(&mut self.read).await.unwrap()
+        let file = memfd(data);
+        let fd = OwnedFd::from(file.try_clone().unwrap());
+        self.slots.push(file);
+        self.exchange(&header, Some(&fd)).await.0
     }
 
     async fn restore(&mut self, rank: i32, generation: i64) -> (Header, Vec<u8>) {
@@ -171,16 +197,15 @@ impl Worker {
             generation,
             ..Header::default()
         };
-        wire::write(&mut self.write, &header, &[]).await.unwrap();
-        let answer = wire::read_header(&mut self.read).await.unwrap();
-        let data = if answer.ok {
-            wire::read_payload(&mut self.read, &answer, 1 << 20)
-                .await
-                .unwrap()
-                .data
-        } else {
-            Vec::new()
-        };
+        let (answer, fd) = self.exchange(&header, None).await;
+        let mut data = Vec::new();
+        if answer.ok {
+            use std::io::{Read, Seek};
+            let mut file = std::fs::File::from(fd.expect("a restore answer carries the memfd"));
+            file.rewind().unwrap();
+            file.read_to_end(&mut data).unwrap();
+            data.truncate(answer.len as usize);
+        }
         (answer, data)
     }
 }
@@ -271,40 +296,50 @@ async fn torn_foreign_and_oversized_snapshots_are_refused_with_reasons() {
     assert!(!rank.ok && rank.reason.contains("does not run on this node"));
     let big = worker.save(0, 12, 4, &vec![7; 2 << 20]).await;
     assert!(!big.ok, "over the memory limit");
-    // Altered on the way: the checksum does not match.
-    let mut altered = Header {
+    let save = |step: i64, len: u64| Header {
         op: "save".into(),
         job: "j".into(),
         rank: 0,
-        step: 13,
+        step,
         generation: 4,
-        len: 5,
-        digest: digest_hex(b"hello"),
+        len,
         ..Header::default()
     };
-    wire::write(&mut worker.write, &altered, b"jello")
-        .await
-        .unwrap();
-    let answer = wire::read_header(&mut worker.read).await.unwrap();
+    // No descriptor; one that is no memfd (a regular file cannot be
+    // sealed); a memfd shorter than the header says.
+    let (none, _) = worker.exchange(&save(13, 5), None).await;
     assert!(
-        !answer.ok && answer.reason.contains("checksum"),
+        !none.ok && none.reason.contains("no descriptor"),
         "{}",
-        answer.reason
+        none.reason
+    );
+    let file = tempfile::tempfile().unwrap();
+    file.set_len(100).unwrap();
+    let (plain, _) = worker
+        .exchange(&save(14, 5), Some(&OwnedFd::from(file)))
+        .await;
+    assert!(
+        !plain.ok && plain.reason.contains("sealed"),
+        "{}",
+        plain.reason
+    );
+    let short = OwnedFd::from(memfd(b"hello"));
+    let (short, _) = worker.exchange(&save(15, 1000), Some(&short)).await;
+    assert!(
+        !short.ok
+            && short
+                .reason
+                .contains("holds 5 bytes, the header announced 1000"),
+        "{}",
+        short.reason
+    );
+    // Sealed against shrinking once handed over: the agent's mapping
+    // cannot be cut from under it.
+    assert!(
+        worker.slots[0].set_len(10).is_err(),
+        "shrinking a held slot is refused"
     );
 
-    // Killed halfway: the header promises more than arrives.
-    let mut torn = Worker::connect(&n1).await;
-    altered.step = 14;
-    altered.len = 1000;
-    let line = serde_json::to_vec(&altered).unwrap();
-    torn.write.write_all(&line).await.unwrap();
-    torn.write.write_all(b"\n").await.unwrap();
-    torn.write.write_all(&[1; 400]).await.unwrap();
-    drop(torn);
-    until("the torn snapshot's refusal", || {
-        n1.service.store().get("j", 0, 14).is_none() && !n1.events.is_empty()
-    })
-    .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (lines, held) = n1.drain();
     assert_eq!(held, vec![(0, 10, false)], "only the whole one is held");
@@ -312,15 +347,69 @@ async fn torn_foreign_and_oversized_snapshots_are_refused_with_reasons() {
         "generation 3",
         "does not run on this node",
         "snapshot_memory_limit",
-        "checksum",
-        "truncated: 400 of 1000",
+        "no descriptor",
+        "cannot be sealed",
+        "holds 5 bytes",
     ] {
         assert!(
             lines.iter().any(|l| l.contains(needle)),
             "{needle}: {lines:#?}"
         );
     }
-    assert!(n1.service.store().get("j", 0, 14).is_none());
+
+    // A slot written after it was handed over is never restored.
+    {
+        use std::io::{Seek, Write};
+        let slot = &mut worker.slots[0];
+        slot.rewind().unwrap();
+        slot.write_all(b"XX").unwrap();
+    }
+    let (command, roles) = start(&[("n1", &n1)], &["n1", "n2"], 5, Some(10), &[(0, "n1")]);
+    n1.service.on_start(&roles[0], &command, 1);
+    let (answer, _) = Worker::connect(&n1).await.restore(0, 5).await;
+    assert!(
+        !answer.ok && answer.reason.contains("altered after it was handed over"),
+        "{}",
+        answer.reason
+    );
+}
+
+/// A worker learns which of its slots the agent no longer holds, and may
+/// write those again; the ones held are never listed.
+#[tokio::test]
+async fn slots_are_released_once_nothing_holds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = Agent::start(dir.path(), "n1", SECRET).await;
+    let (command, roles) = start(&[("n1", &n1)], &["n1"], 1, None, &[]);
+    n1.service.on_start(&roles[0], &command, 1);
+    let mut worker = Worker::connect(&n1).await;
+    let mut released = Vec::new();
+    for step in 1..=4 {
+        let answer = worker.save(0, step, 1, &state(step)).await;
+        assert!(answer.ok, "{}", answer.reason);
+        released.push(answer.released);
+    }
+    // Reports are not out yet: the agent keeps every snapshot the planner
+    // may still choose, so nothing is released within the first saves.
+    assert!(
+        released[0].is_empty() && released[1].is_empty(),
+        "{released:?}"
+    );
+    // Reported within 20 ms; then only the newest two need keeping.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer = worker.save(0, 5, 1, &state(5)).await;
+    assert!(answer.ok);
+    let held: Vec<u64> = (0..5).filter(|s| !answer.released.contains(s)).collect();
+    assert!(
+        held.len() <= 3,
+        "held {held:?}, released {:?}",
+        answer.released
+    );
+    assert!(
+        held.contains(&4),
+        "the newest is held: {:?}",
+        answer.released
+    );
 }
 
 #[tokio::test]
@@ -348,7 +437,7 @@ async fn replicas_come_only_from_the_named_node_under_the_cluster_secret() {
         generation,
         local_world: 1,
         digest: digest_hex(&state(5)),
-        data: state(5),
+        data: Mapped::from_bytes(&state(5)).unwrap(),
     };
     let mut conns = std::collections::BTreeMap::new();
     let to = n2.address();

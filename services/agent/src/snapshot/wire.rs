@@ -37,6 +37,13 @@ pub struct Header {
     pub source: String,
     /// HMAC-SHA256 of the fields above, hex (between agents).
     pub mac: String,
+    /// The worker's id of the slot a `save` hands over (local socket).
+    pub slot: u64,
+    /// How many slots the worker has (ids `0..slots`), on a `save`.
+    pub slots: u64,
+    /// A `save` reply: the worker's slots nothing in the agent holds any
+    /// more (not signed: local socket only).
+    pub released: Vec<u64>,
 }
 
 /// A protocol error; the connection is dropped after it.
@@ -123,14 +130,14 @@ pub async fn read_header(reader: &mut (impl AsyncBufRead + Unpin)) -> Result<Hea
     serde_json::from_slice(&line).map_err(|e| WireError::BadHeader(e.to_string()))
 }
 
-/// A payload read whole, with its digest.
+/// A payload read whole (into a memfd of the agent's), with its digest.
 pub struct Payload {
-    pub data: Vec<u8>,
+    pub data: super::mapped::Mapped,
     pub digest: String,
 }
 
-/// Reads the `len` payload bytes of `header` and digests them; a header
-/// that names a digest must match it.
+/// Reads the `len` payload bytes of `header` into a new memfd and digests
+/// them; a header that names a digest must match it.
 pub async fn read_payload(
     reader: &mut (impl AsyncBufRead + Unpin),
     header: &Header,
@@ -142,17 +149,7 @@ pub async fn read_payload(
             header.len
         )));
     }
-    let mut data = Vec::with_capacity(header.len as usize);
-    let got = (&mut *reader)
-        .take(header.len)
-        .read_to_end(&mut data)
-        .await? as u64;
-    if got < header.len {
-        return Err(WireError::Truncated {
-            got,
-            expected: header.len,
-        });
-    }
+    let data = super::mapped::Mapped::receive(reader, header.len).await?;
     let digest = digest_hex(&data);
     if !header.digest.is_empty() && digest != header.digest {
         return Err(WireError::Checksum);

@@ -1,0 +1,145 @@
+//! Snapshot bytes in shared memory: a memfd mapped read-only. A worker's
+//! snapshot is the very pages it wrote (its slot's memfd, passed over the
+//! local socket), so handing it over copies nothing and it outlives the
+//! worker; a replica from a peer is read from the socket straight into a
+//! memfd of the agent's. Either is passed on as a descriptor to the worker
+//! that restores it.
+//!
+//! The one place the agent maps memory, hence the one `unsafe`: a mapping
+//! another process may still write. The agent only reads it as bytes (to
+//! digest it, to send it), and every use is preceded by a digest check
+//! against the digest taken at hand-over ([`Mapped::intact`]), so a slot
+//! written after it was handed over is found and dropped, never restored.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+
+use memmap2::{Mmap, MmapMut, MmapOptions};
+use rustix::fs::{
+    FileType, MemfdFlags, SealFlags, fcntl_add_seals, fstat, ftruncate, memfd_create,
+};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::wire::WireError;
+
+/// Why a descriptor is not taken as a snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum MapError {
+    #[error("the descriptor is not a memfd or regular file")]
+    NotAFile,
+    #[error(
+        "the descriptor cannot be sealed against shrinking (a memfd made with MFD_ALLOW_SEALING is needed): {0}"
+    )]
+    NotSealable(std::io::Error),
+    #[error("the descriptor holds {size} bytes, the header announced {len}")]
+    TooShort { size: u64, len: u64 },
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// `len` bytes of a memfd (or regular file), mapped read-only.
+#[derive(Debug)]
+pub struct Mapped {
+    file: File,
+    /// `None` for an empty snapshot (nothing to map).
+    map: Option<Mmap>,
+}
+
+impl Mapped {
+    /// A worker's slot: `fd` must be a memfd of at least `len` bytes; its
+    /// first `len` bytes are the snapshot. It is sealed against shrinking
+    /// first: a mapping past the end of a file that shrank would kill the
+    /// agent with SIGBUS.
+    pub fn from_worker(fd: OwnedFd, len: u64) -> Result<Mapped, MapError> {
+        let stat = fstat(&fd).map_err(std::io::Error::from)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(MapError::NotAFile);
+        }
+        fcntl_add_seals(&fd, SealFlags::SHRINK)
+            .map_err(|e| MapError::NotSealable(std::io::Error::from(e)))?;
+        let stat = fstat(&fd).map_err(std::io::Error::from)?;
+        let size = stat.st_size as u64;
+        if size < len {
+            return Err(MapError::TooShort { size, len });
+        }
+        let file = File::from(fd);
+        let map = if len == 0 {
+            None
+        } else {
+            // SAFETY: see the module doc: read as bytes only, checked by
+            // digest before every use.
+            Some(unsafe { MmapOptions::new().len(len as usize).map(&file)? })
+        };
+        Ok(Mapped { file, map })
+    }
+
+    /// A memfd of the agent's own holding `data` (tests, and a snapshot
+    /// built in memory).
+    pub fn from_bytes(data: &[u8]) -> Result<Mapped, std::io::Error> {
+        let (file, mut map) = Self::create(data.len() as u64)?;
+        if let Some(map) = map.as_mut() {
+            map.copy_from_slice(data);
+        }
+        Self::seal(file, map)
+    }
+
+    /// Reads `len` bytes from `reader` into a new memfd: a replica or a
+    /// fetched snapshot, written once, in place.
+    pub async fn receive(
+        reader: &mut (impl AsyncRead + Unpin),
+        len: u64,
+    ) -> Result<Mapped, WireError> {
+        let (file, mut map) = Self::create(len)?;
+        if let Some(map) = map.as_mut() {
+            let mut got = 0;
+            while got < map.len() {
+                let n = reader.read(&mut map[got..]).await?;
+                if n == 0 {
+                    return Err(WireError::Truncated {
+                        got: got as u64,
+                        expected: len,
+                    });
+                }
+                got += n;
+            }
+        }
+        Ok(Self::seal(file, map)?)
+    }
+
+    fn create(len: u64) -> Result<(File, Option<MmapMut>), std::io::Error> {
+        let fd = memfd_create("unicron-snapshot", MemfdFlags::CLOEXEC)?;
+        ftruncate(&fd, len)?;
+        let file = File::from(fd);
+        let map = if len == 0 {
+            None
+        } else {
+            // SAFETY: the agent's own memfd, not shared with anyone yet.
+            Some(unsafe { MmapMut::map_mut(&file)? })
+        };
+        Ok((file, map))
+    }
+
+    fn seal(file: File, map: Option<MmapMut>) -> Result<Mapped, std::io::Error> {
+        let map = map.map(MmapMut::make_read_only).transpose()?;
+        Ok(Mapped { file, map })
+    }
+
+    /// A descriptor of the same memory, to pass to a restoring worker.
+    pub fn descriptor(&self) -> Result<OwnedFd, std::io::Error> {
+        self.file.as_fd().try_clone_to_owned()
+    }
+
+    /// Whether the bytes still have `digest` (the one taken at hand-over).
+    pub fn intact(&self, digest: &str) -> bool {
+        super::wire::digest_hex(self) == digest
+    }
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+}
