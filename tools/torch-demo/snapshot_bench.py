@@ -12,7 +12,10 @@
    to /dev/shm.
 3. `sizes`: per state size, what a save costs (`save_block_s`: the
    training thread in save(); `at_agent_s`: until the agent holds it;
-   `replica_s`: the peer's copy) against two baselines measured in the same
+   `replica_s`: the peer's copy; `restore_s`: a restarted worker's
+   restore() from its agent and the copy into its tensors, after the
+   bench kills one worker and the planner restarts the job) against two
+   baselines measured in the same
    run: `copy_s`, one in-process copy of the same tensors into a buffer
    allocated before, and `socket_s`, the same bytes through a plain
    loopback TCP socket between two processes.
@@ -40,6 +43,8 @@ PYTHON = "/usr/bin/python3"
 ITER_MS = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*elapsed time per iteration \(ms\): ([0-9.]+)")
 REPLICA = re.compile(r"replica sent.*?bytes=(\d+) seconds=([0-9.e-]+)")
 SAVE = re.compile(r"save (\d+): (\d+) MB, training thread ([0-9.]+) ms, at the agent after ([0-9.]+) ms")
+RESTORE = re.compile(r"restore: \d+ MB from (\S+) step \d+ in ([0-9.]+) ms")
+PID = re.compile(r"payload pid (\d+)")
 
 
 def wait(what, check, within=120):
@@ -147,7 +152,15 @@ def replica(unicron, mb):
             cluster.text("b1.err") + cluster.text("b2.err")), within=120)
         saves = SAVE.findall(cluster.text("b1.out") + cluster.text("b2.out"))
         rates = [int(b) / float(s) / 1e6 for b, s in sent]
+        # A worker killed: the planner restarts the job, and each worker
+        # restores from its agent's memory.
+        os.kill(int(PID.findall(cluster.text("b1.out"))[0]), signal.SIGKILL)
+        restores = wait("the restores", lambda: len(RESTORE.findall(
+            cluster.text("b1.out") + cluster.text("b2.out"))) >= 2 and RESTORE.findall(
+            cluster.text("b1.out") + cluster.text("b2.out")), within=180)
         return {
+            "restore_s": statistics.median(float(ms) for _, ms in restores) / 1000,
+            "restore_sources": sorted({src for src, _ in restores}),
             "mb": mb,
             "replica_mb_per_s": statistics.median(rates),
             "replica_s": statistics.median(float(s) for _, s in sent),
@@ -281,6 +294,7 @@ def main():
             "save_block_s": r["save_training_thread_ms"] / 1000,
             "at_agent_s": r["save_at_agent_ms"] / 1000,
             "replica_s": r["replica_s"],
+            "restore_s": r["restore_s"],
             "copy_s": copy_s(mb),
             "socket_s": socket_s(mb),
         }
@@ -288,7 +302,9 @@ def main():
         print(f"{mb} MB: save() blocks {size['save_block_s']:.3f} s "
               f"({size['save_block_s'] / size['copy_s']:.2f}x one copy, {size['copy_s']:.3f} s), "
               f"at the agent {size['at_agent_s']:.3f} s "
-              f"({size['at_agent_s'] / size['copy_s']:.2f}x), replica {size['replica_s']:.3f} s "
+              f"({size['at_agent_s'] / size['copy_s']:.2f}x), restore {size['restore_s']:.3f} s "
+              f"({size['restore_s'] / size['copy_s']:.2f}x, from {'/'.join(r['restore_sources'])}), "
+              f"replica {size['replica_s']:.3f} s "
               f"({size['replica_s'] / size['socket_s']:.2f}x a plain socket, "
               f"{size['socket_s']:.3f} s)")
         print(f"{mb} MB state: replica to the peer {r['replica_mb_per_s']:.0f} MB/s "

@@ -3,7 +3,8 @@
 --mb megabytes (float32 tensors) and hands it to its unicron agent --saves
 times through the client, --gap seconds apart, then prints what the
 training thread paid per save and how long each took to reach the agent.
-Then it idles until the agent stops it."""
+Then it idles until the agent stops it. Restarted after a failure, it
+restores instead and prints how long that took, into its own tensors."""
 
 import argparse
 import os
@@ -29,6 +30,20 @@ def main():
     client = unicron_client.default()
     if not client.active:
         raise SystemExit("not under a unicron agent")
+    print(f"payload pid {os.getpid()}", flush=True)
+    t0 = time.perf_counter()
+    restored = client.restore()
+    if restored is not None:
+        # The state comes back as views of the agent's memory; one copy
+        # puts it where the training reads it, as load_state_dict does.
+        for name, t in state.items():
+            t.copy_(restored.state["model"][name])
+        ms = 1000 * (time.perf_counter() - t0)
+        print(f"restore: {args.mb} MB from {restored.source} step {restored.step} "
+              f"in {ms:.1f} ms", flush=True)
+        print("payload done", flush=True)
+        while True:
+            time.sleep(60)
     for step in range(1, args.saves + 1):
         t0 = time.perf_counter()
         client.save(step, {"step": step, "model": state})
