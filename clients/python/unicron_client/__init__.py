@@ -30,6 +30,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from . import layout
 
@@ -169,6 +170,9 @@ class Snapshots:
         self.rank = int(env.get("RANK", "0") or 0)
         self.generation = int(env.get("UNICRON_GENERATION", "0") or 0)
         self.resume_from = env.get("UNICRON_RESUME_FROM") or None
+        #: Snapshot the steps that are a multiple of this: the interval the
+        #: planner chose for this start from measured costs (docs/agent.md).
+        self.every = max(1, int(env.get("UNICRON_SNAPSHOT_EVERY", "1") or 1))
         self.active = bool(self.socket_path and self.job)
         #: Fault injection for tests: the next save writes half the state
         #: into its slot, then the process kills itself with SIGKILL.
@@ -181,6 +185,11 @@ class Snapshots:
         self._slots = _Slots()
         #: Saves skipped because the agent held every slot.
         self.skipped = 0
+        #: save() calls between snapshots, returned at once.
+        self.between = 0
+        # (time, step) of the previous save() call: the step time.
+        self._last_call = None
+        self._step_us = 0
         self._thread = None
         self._conn = None
         self._warned = False
@@ -250,14 +259,21 @@ class Snapshots:
         agent. Returns once the tensors' bytes are copied (one copy, into a
         buffer allocated once); the transfer runs in the background. If the
         previous snapshot is still on its way, waits for it (at most one in
-        flight, one waiting). A state holding anything but tensors, plain
-        values, bytes, lists, tuples and dicts raises TypeError."""
+        flight, one waiting). Steps that are not a multiple of the interval
+        the planner chose (`every`) return at once: a script may call this
+        every step. A state holding anything but tensors, plain values,
+        bytes, lists, tuples and dicts raises TypeError."""
         if not self.active:
             return
-        import time
-
         t0 = time.perf_counter()
-        header, tensors, size = layout.plan(int(step), state)
+        step = int(step)
+        if self._last_call is not None and step > self._last_call[1]:
+            self._step_us = int((t0 - self._last_call[0]) / (step - self._last_call[1]) * 1e6)
+        self._last_call = (t0, step)
+        if step % self.every:
+            self.between += 1
+            return
+        header, tensors, size = layout.plan(step, state)
         if self._thread is None:
             self._thread = threading.Thread(target=self._send_loop, name="unicron-snapshots",
                                             daemon=True)
@@ -270,11 +286,12 @@ class Snapshots:
             if self.kill_mid_save:
                 # Fault injection (tests): die halfway through writing.
                 self._warn(f"fault injection: dying halfway through writing the snapshot "
-                           f"of step {int(step)}")
+                           f"of step {step}")
                 layout.write(slot.buf, header, tensors[:len(tensors) // 2])
                 os.kill(os.getpid(), signal.SIGKILL)
             layout.write(slot.buf, header, tensors)
-            self._queue.put((int(step), slot, size))
+            blocked_us = int((time.perf_counter() - t0) * 1e6)
+            self._queue.put((step, slot, size, blocked_us, self._step_us))
         self.save_seconds += time.perf_counter() - t0
         self.saves += 1
 
@@ -285,12 +302,15 @@ class Snapshots:
 
     def _send_loop(self):
         while True:
-            step, slot, size = self._queue.get()
+            step, slot, size, block_us, step_us = self._queue.get()
             held, released = False, []
             try:
+                # The costs go to the planner, which sets `every` from them
+                # at the job's next start.
                 header = {"op": "save", "job": self.job, "rank": self.rank, "step": step,
                           "generation": self.generation, "len": size, "slot": slot.id,
-                          "slots": self._slots.count()}
+                          "slots": self._slots.count(), "block_us": block_us,
+                          "step_us": step_us}
                 if self._conn is None:
                     self._conn = _Connection(self.socket_path)
                 self._conn.send(header, slot.fd)

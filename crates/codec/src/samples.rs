@@ -180,6 +180,9 @@ pub fn cluster(full: bool) -> ClusterEvent {
                 local_world: 8,
                 bytes: 1 << 30,
                 replica: true,
+                block_us: 0,
+                step_us: 0,
+                transfer_us: 412_000,
             }]
         } else {
             Vec::new()
@@ -274,6 +277,8 @@ pub fn command(full: bool) -> Command {
                 node: "node-2".into(),
                 address: "10.0.0.2:7070".into(),
             }],
+            interval_steps: 25,
+            interval_reason: "every 25 steps (50.0 s), set by Young's interval".into(),
         }),
     }
 }

@@ -70,6 +70,14 @@ impl Role {
         })
     }
 
+    /// Workers snapshot the steps that are a multiple of this: the
+    /// interval the planner chose for this start (1 when it gave none).
+    pub fn snapshot_every(&self) -> i64 {
+        self.snapshots
+            .as_ref()
+            .map_or(1, |p| p.interval_steps.max(1))
+    }
+
     /// The node that keeps this node's replicas, and its address.
     pub fn replica_holder(&self) -> Option<(&str, &str)> {
         let plan = self.snapshots.as_ref()?;

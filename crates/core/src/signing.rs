@@ -66,6 +66,13 @@ pub fn canonical_bytes(command: &Command) -> Vec<u8> {
             field(peer.node.as_bytes());
             field(peer.address.as_bytes());
         }
+        // Only when set, so commands signed before the interval existed
+        // still verify.
+        if plan.interval_steps != 0 || !plan.interval_reason.is_empty() {
+            field(b"interval");
+            field(&plan.interval_steps.to_be_bytes());
+            field(plan.interval_reason.as_bytes());
+        }
     }
     out
 }
@@ -203,11 +210,14 @@ mod tests {
                 node: "n2".into(),
                 address: "10.0.0.2:7000".into(),
             }],
+            interval_steps: 4,
+            interval_reason: "every 4 steps".into(),
         });
         signer.sign(&mut c);
         assert_eq!(verify(&c, keys), Ok(()));
-        let tamper: [fn(&mut SnapshotPlan); 4] = [
+        let tamper: [fn(&mut SnapshotPlan); 5] = [
             |p| p.step = Some(11),
+            |p| p.interval_steps = 1,
             |p| p.sources[0].node = "evil".into(),
             |p| p.replica_holders[0] = "evil".into(),
             |p| p.peers[0].address = "10.6.6.6:7000".into(),

@@ -671,6 +671,11 @@ fn stored(feed: &mut Feed, node: &str, job: &str, held: &[(i32, i64, bool)]) -> 
                 local_world: 1,
                 bytes: 1000,
                 replica,
+                // Each own snapshot blocked its worker 50 ms of a 1 s step;
+                // each replica took 200 ms to land.
+                block_us: if replica { 0 } else { 50_000 },
+                step_us: if replica { 0 } else { 1_000_000 },
+                transfer_us: if replica { 200_000 } else { 0 },
             })
             .collect();
     }
@@ -720,6 +725,14 @@ fn a_restart_resumes_every_rank_at_one_snapshot_step_and_prices_itself_from_rest
         [(0, "n1"), (1, "n2")]
     );
     assert_eq!(plan.replica_holders, ["n2", "n1"]);
+    // The interval from the measured costs: no failure history yet, so
+    // Young's √(2 · 0.05 s · 86400 s) = 92.95 s, 93 steps of 1 s.
+    assert_eq!(plan.interval_steps, 93, "{}", plan.interval_reason);
+    assert!(
+        plan.interval_reason.contains("set by Young's interval"),
+        "{}",
+        plan.interval_reason
+    );
     let reason = decision(&p.apply(&feed.failure("c", "n1", FailureKind::OutOfMemory))).reason;
     assert!(reason.contains("big 600.0 s (configured)"), "{reason}");
 

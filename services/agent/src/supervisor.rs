@@ -408,6 +408,7 @@ fn torchrun_env(
             (role.generation - 1).max(0).to_string(),
         ),
         ("UNICRON_GENERATION", role.generation.to_string()),
+        ("UNICRON_SNAPSHOT_EVERY", role.snapshot_every().to_string()),
     ];
     if let Some(restore) = role.restore_of(node, rank) {
         env.push(("UNICRON_RESUME_FROM", restore.resume_from));

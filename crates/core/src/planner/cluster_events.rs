@@ -139,6 +139,7 @@ pub(super) fn on_cluster_event(
                             restarts: 0,
                             snapshots: Default::default(),
                             restore_costs: BTreeMap::new(),
+                            snapshot_costs: Default::default(),
                             failure_starts: Default::default(),
                         },
                     );

@@ -55,6 +55,9 @@ pub struct PlannerConfig {
     /// `None`: 2% of the cluster's nodes, at least 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_isolations_per_hour: Option<u32>,
+    /// Most of a job's training time its in-memory snapshots may block
+    /// (0.02: 2%); a floor under the interval chosen at each start.
+    pub snapshot_overhead_budget: f64,
 }
 
 impl Default for PlannerConfig {
@@ -73,6 +76,7 @@ impl Default for PlannerConfig {
             escalation_window_s: 300.0,
             alternatives: 4,
             max_isolations_per_hour: None,
+            snapshot_overhead_budget: 0.02,
         }
     }
 }
@@ -82,6 +86,18 @@ impl Default for PlannerConfig {
 pub const DEFAULT_ISOLATION_SHARE: f64 = 0.02;
 
 impl PlannerConfig {
+    /// The first setting that makes no sense, as (field, why).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let budget = self.snapshot_overhead_budget;
+        if !(budget > 0.0 && budget < 1.0) {
+            return Err((
+                "snapshot_overhead_budget",
+                format!("{budget} is not a share between 0 and 1 (0.02: 2%)"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Nodes of a cluster of `nodes` that may be isolated within an hour.
     pub fn isolation_limit(&self, nodes: usize) -> usize {
         self.max_isolations_per_hour.map_or_else(

@@ -11,7 +11,7 @@ use super::failures::on_failure;
 use super::results::on_result;
 use super::{
     Action, ClusterState, InFlight, Input, InputEvent, Output, POLICY_VERSION, Plan, Planned,
-    Planner, policy, replan, snapshots, state,
+    Planner, interval, policy, replan, snapshots, state,
 };
 use crate::records::{
     ClusterEventKind, Command, CommandAction, Decision, Rendezvous, SnapshotPlan, Trigger,
@@ -118,9 +118,12 @@ impl Planner {
         let mut restore_points = Vec::new();
         let mut restarted = BTreeSet::new();
         for (index, action) in plan.actions.iter().enumerate() {
-            let (nodes, rendezvous, snapshots) = rendezvous(state, action);
+            let (nodes, rendezvous, snapshots) = rendezvous(&self.config, state, action);
             if let (Some(plan), Some(job)) = (&snapshots, &action.job) {
-                restore_points.push(format!("{job} resumes from {}", plan.reason));
+                restore_points.push(format!(
+                    "{job} resumes from {}; snapshots {}",
+                    plan.reason, plan.interval_reason
+                ));
             }
             if rendezvous.is_some()
                 && failure_id.is_some()
@@ -233,8 +236,10 @@ fn starts_workers(action: CommandAction) -> bool {
 /// A start of an agent-launched job names every node of the job in rank
 /// order (restart and reattempt keep its current nodes), bumps the job's
 /// generation and picks the step its ranks resume from; anything else keeps
-/// the action's nodes and carries neither.
+/// the action's nodes and carries neither. The start also sets how often
+/// the workers snapshot (`interval`).
 fn rendezvous(
+    config: &super::PlannerConfig,
     state: &mut ClusterState,
     action: &Action,
 ) -> (Vec<String>, Option<Rendezvous>, Option<SnapshotPlan>) {
@@ -262,7 +267,10 @@ fn rendezvous(
         .and_then(|n| n.address.clone())
         .unwrap_or_else(|| first.clone());
     let id = action.job.as_deref().expect("looked up above");
-    let plan = snapshots::plan(state, id, &nodes);
+    let interval = interval::choose(config, state, id);
+    let mut plan = snapshots::plan(state, id, &nodes);
+    plan.interval_steps = interval.steps;
+    plan.interval_reason = interval.reason;
     let job = state.jobs.get_mut(id).expect("looked up above");
     job.generation += 1;
     let port = i64::from(launch.master_port_base) + job.generation % 1000;

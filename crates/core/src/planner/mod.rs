@@ -8,6 +8,7 @@ mod cluster_events;
 mod config;
 mod decide;
 mod failures;
+mod interval;
 mod policy;
 mod replan;
 mod results;
@@ -20,7 +21,8 @@ pub use config::{DEFAULT_ISOLATION_SHARE, PlannerConfig, PolicyName};
 pub use policy::{Hit, Policy, policy};
 pub use replan::{Action, Plan};
 pub use state::{
-    ClusterState, Health, InFlight, Job, JobStatus, Node, RecentFault, RestoreCost, TransitionStats,
+    ClusterState, Health, InFlight, Job, JobStatus, Node, RecentFault, RestoreCost, SnapshotCosts,
+    TransitionStats,
 };
 
 pub(crate) use cluster_events::validate_spec;
@@ -30,7 +32,7 @@ use crate::signing::CommandSigner;
 
 /// Version of the decision logic; bump it when the same inputs would lead
 /// to different decisions, so replay can tell a bug from a policy change.
-pub const POLICY_VERSION: &str = "2";
+pub const POLICY_VERSION: &str = "3";
 
 /// The trigger kind of decisions that only note an agent's snapshots: a
 /// few a second per node, so views of recent decisions leave them out.

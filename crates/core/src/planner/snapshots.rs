@@ -29,6 +29,14 @@ pub fn note(state: &mut ClusterState, holder: &str, held: &[SnapshotHeld]) -> us
         if s.generation < job.generation || s.rank < 0 || s.local_world < 1 {
             continue;
         }
+        super::interval::note(
+            &mut job.snapshot_costs,
+            s.rank,
+            s.replica,
+            s.block_us,
+            s.step_us,
+            s.transfer_us,
+        );
         let index = &mut job.snapshots;
         index.local_world = s.local_world;
         let steps = index
@@ -132,6 +140,8 @@ pub fn plan(state: &mut ClusterState, job: &str, nodes: &[String]) -> SnapshotPl
         sources,
         replica_holders,
         peers,
+        interval_steps: 1,
+        interval_reason: String::new(),
     }
 }
 
@@ -271,6 +281,7 @@ mod tests {
                 generation: 1,
                 restarts: 0,
                 snapshots: JobSnapshots::default(),
+                snapshot_costs: Default::default(),
                 restore_costs: std::collections::BTreeMap::new(),
                 failure_starts: Default::default(),
             },
@@ -287,6 +298,9 @@ mod tests {
             local_world: 1,
             bytes: 100,
             replica,
+            block_us: 0,
+            step_us: 0,
+            transfer_us: 0,
         }
     }
 

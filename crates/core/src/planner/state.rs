@@ -25,6 +25,25 @@ impl JobSnapshots {
     }
 }
 
+/// What a job's snapshots cost, as its agents measured: per rank, the
+/// newest report. The interval is chosen from the slowest rank, since a
+/// step waits for every rank.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SnapshotCosts {
+    /// rank → microseconds its training thread spent in `save()`.
+    pub block_us: BTreeMap<i32, i64>,
+    /// rank → its mean training step, microseconds.
+    pub step_us: BTreeMap<i32, i64>,
+    /// rank → microseconds its newest replica took to reach the holder.
+    pub transfer_us: BTreeMap<i32, i64>,
+}
+
+impl SnapshotCosts {
+    pub fn is_empty(&self) -> bool {
+        self.block_us.is_empty() && self.step_us.is_empty() && self.transfer_us.is_empty()
+    }
+}
+
 /// A node's health as the planner tracks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -95,6 +114,9 @@ pub struct Job {
     /// The in-memory snapshots its agents hold.
     #[serde(default, skip_serializing_if = "JobSnapshots::is_empty")]
     pub snapshots: JobSnapshots,
+    /// What its snapshots cost (the interval is chosen from it).
+    #[serde(default, skip_serializing_if = "SnapshotCosts::is_empty")]
+    pub snapshot_costs: SnapshotCosts,
     /// What its restores cost, by start action, as its agents measured.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub restore_costs: BTreeMap<String, RestoreCost>,

@@ -92,6 +92,18 @@ pub struct SnapshotHeld {
     pub bytes: i64,
     /// Kept for a peer node rather than written by a local worker.
     pub replica: bool,
+    /// Own snapshots: microseconds the worker's training thread spent in
+    /// `save()` for it (0: not measured).
+    #[serde(default)]
+    pub block_us: i64,
+    /// Own snapshots: the worker's mean training step, microseconds, as
+    /// its `save()` calls are spaced (0: not measured).
+    #[serde(default)]
+    pub step_us: i64,
+    /// Replicas: microseconds from the first byte of the replica arriving
+    /// here to it being held (0: not measured).
+    #[serde(default)]
+    pub transfer_us: i64,
 }
 
 /// What one rank's restore after a start command cost.

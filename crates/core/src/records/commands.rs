@@ -80,6 +80,13 @@ pub struct SnapshotPlan {
     /// Snapshot service of every node named above.
     #[serde(default)]
     pub peers: Vec<SnapshotPeer>,
+    /// Workers snapshot the steps that are a multiple of this (0 or 1:
+    /// every step).
+    #[serde(default)]
+    pub interval_steps: i64,
+    /// Why that interval (measured costs, failure rate, bounds).
+    #[serde(default)]
+    pub interval_reason: String,
 }
 
 /// Where one rank of a new layout takes its state from.

@@ -14,7 +14,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 use super::fdsocket::{self, FdLines};
 use super::mapped::Mapped;
-use super::store::{Origin, Snapshot};
+use super::store::{Costs, Origin, Snapshot};
 use super::wire::{self, Header, WireError};
 use super::{Restored, Snapshots};
 
@@ -184,6 +184,11 @@ impl Snapshots {
             local_world,
             digest: wire::digest_hex(&data),
             data,
+            costs: Costs {
+                block_us: header.block_us.max(0),
+                step_us: header.step_us.max(0),
+                transfer_us: 0,
+            },
         });
         match self.hold(snapshot.clone(), Origin::Own) {
             Ok(()) => (reply(true, ""), Some(snapshot)),

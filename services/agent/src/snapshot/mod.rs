@@ -301,6 +301,9 @@ impl Snapshots {
                     local_world: held.local_world,
                     bytes: held.bytes() as i64,
                     replica: origin == Origin::Replica,
+                    block_us: held.costs.block_us,
+                    step_us: held.costs.step_us,
+                    transfer_us: held.costs.transfer_us,
                 });
             self.report_ready.notify_one();
         }

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::Snapshots;
 use super::local::reason_of;
 use super::mapped::Mapped;
-use super::store::{Origin, Snapshot};
+use super::store::{Costs, Origin, Snapshot};
 use super::wire::{self, Header, WireError};
 use crate::metrics::{REPLICA_BYTES, REPLICA_SECONDS};
 
@@ -61,6 +61,9 @@ async fn connection(service: &Snapshots, stream: TcpStream) -> Result<(), WireEr
     let mut read = BufReader::with_capacity(1 << 20, read);
     loop {
         let header = wire::read_header(&mut read).await?;
+        // The payload follows its header at once: from here to verified is
+        // the transfer the planner's interval must leave room for.
+        let arrived = std::time::Instant::now();
         if !service.verified(&header) {
             let message = format!(
                 "{} from {:?} for job {} rank {} refused: its signature does not verify under this cluster's secret",
@@ -93,7 +96,8 @@ async fn connection(service: &Snapshots, stream: TcpStream) -> Result<(), WireEr
                         return Err(e);
                     }
                 };
-                let answer = match service.accept_replica(&header, data) {
+                let transfer_us = arrived.elapsed().as_micros() as i64;
+                let answer = match service.accept_replica(&header, data, transfer_us) {
                     Ok(()) => {
                         let mut h = Header {
                             op: "reply".into(),
@@ -158,7 +162,12 @@ impl Snapshots {
     /// A verified replica: kept only if the newest start command of its
     /// job here names its sender as the node this one holds replicas of,
     /// for the same generation.
-    fn accept_replica(&self, header: &Header, data: Mapped) -> Result<(), String> {
+    fn accept_replica(
+        &self,
+        header: &Header,
+        data: Mapped,
+        transfer_us: i64,
+    ) -> Result<(), String> {
         let refuse = |why: String| {
             let message = format!(
                 "replica of job {} rank {} step {} from {} not kept: {why}",
@@ -195,6 +204,10 @@ impl Snapshots {
             local_world: header.local_world,
             digest: header.digest.clone(),
             data,
+            costs: Costs {
+                transfer_us,
+                ..Costs::default()
+            },
         });
         self.hold(snapshot, Origin::Replica)
     }
@@ -385,5 +398,6 @@ async fn fetch_once(
         local_world: answer.local_world,
         digest: answer.digest,
         data,
+        costs: Costs::default(),
     })
 }

@@ -36,6 +36,20 @@ pub struct Snapshot {
     pub digest: String,
     /// The bytes, in a memfd (a worker's slot, or the agent's own).
     pub data: super::mapped::Mapped,
+    /// What it cost, as measured where it was made or received.
+    pub costs: Costs,
+}
+
+/// A snapshot's measured costs, reported to the planner, which chooses
+/// the snapshot interval from them. Microseconds; 0: not measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Costs {
+    /// The worker's training thread in `save()` (own snapshots).
+    pub block_us: i64,
+    /// The worker's mean training step (own snapshots).
+    pub step_us: i64,
+    /// The replica's first byte arriving here to it being held (replicas).
+    pub transfer_us: i64,
 }
 
 impl Snapshot {
@@ -215,6 +229,7 @@ mod tests {
             local_world: 1,
             digest: String::new(),
             data: super::super::mapped::Mapped::from_bytes(&vec![0; bytes]).expect("a memfd"),
+            costs: Default::default(),
         })
     }
 

@@ -102,6 +102,8 @@ fn start(
                 address: a.address(),
             })
             .collect(),
+        interval_steps: 1,
+        interval_reason: String::new(),
     };
     let command = Command {
         id: format!("c{generation}"),
@@ -438,6 +440,7 @@ async fn replicas_come_only_from_the_named_node_under_the_cluster_secret() {
         local_world: 1,
         digest: digest_hex(&state(5)),
         data: Mapped::from_bytes(&state(5)).unwrap(),
+        costs: Default::default(),
     };
     let mut conns = std::collections::BTreeMap::new();
     let to = n2.address();

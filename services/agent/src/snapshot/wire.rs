@@ -29,7 +29,7 @@ pub struct Header {
     pub local_world: i32,
     /// Payload bytes that follow.
     pub len: u64,
-    /// SHA-256 of the payload, hex.
+    /// XXH3-128 of the payload, hex.
     pub digest: String,
     /// The sending node (between agents).
     pub from: String,
@@ -44,6 +44,12 @@ pub struct Header {
     /// A `save` reply: the worker's slots nothing in the agent holds any
     /// more (not signed: local socket only).
     pub released: Vec<u64>,
+    /// A `save`: microseconds the worker's training thread spent copying
+    /// this snapshot (local socket only).
+    pub block_us: i64,
+    /// A `save`: the worker's mean training step, microseconds (local
+    /// socket only).
+    pub step_us: i64,
 }
 
 /// A protocol error; the connection is dropped after it.

@@ -155,6 +155,9 @@ impl Config {
         self.detector
             .validate()
             .map_err(|e| ConfigError(e.to_string()))?;
+        if let Err((field, why)) = self.planner.tuning.check() {
+            return bad(&format!("planner.tuning.{field}"), &why);
+        }
         // What is set must make sense; what an executor needs (cluster,
         // backend, keys) is checked when one starts, as services sharing the
         // file need none of it and `unicron up` supplies some.

@@ -90,6 +90,14 @@ mod sections {
             .to_string();
         assert!(err.contains("embedded.brokers"), "{err}");
 
+        let err = load_text("[planner.tuning]\nsnapshot_overhead_budget = 2.0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config: planner.tuning.snapshot_overhead_budget: 2 is not a share between 0 and 1 (0.02: 2%)"
+        );
+
         let err = load_text("[detector.tuning]\nhang_factor = 0.0\n")
             .unwrap_err()
             .to_string();
