@@ -107,8 +107,9 @@ def parse_args(argv=None):
     p.add_argument("--fail-generation", type=int, default=1,
                    help="fail only when $UNICRON_GENERATION (default 1) equals this")
     p.add_argument("--snapshot-every", type=int, default=1,
-                   help="hand an in-memory snapshot to the unicron agent every K "
-                        "iterations (0: never; outside an agent it does nothing)")
+                   help="offer the unicron agent an in-memory snapshot every K "
+                        "iterations; it keeps those of the planner's interval (0: never; "
+                        "outside an agent it does nothing)")
     p.add_argument("--kill-in-save-file", default=None,
                    help="when this file appears, the rank that removes it is killed "
                         "(SIGKILL) halfway through handing over its next snapshot")
@@ -383,6 +384,8 @@ def main(argv=None):
     ddp = DDP(model)
     log(f"rank {rank}/{world} generation {generation} resume_from {resume_from} "
         f"starting at step {start_step}")
+    if snapshots is not None and snapshots.active:
+        log(f"rank {rank}: snapshots every {snapshots.every} steps (the planner's interval)")
     if rank == 0:
         log(f"time to initialize (seconds): {seconds_since_process_start():.3f}")
 
@@ -426,21 +429,26 @@ def main(argv=None):
         dist.all_reduce(total)
         step_loss = total.item() / (G // mb)
         if snapshots is not None and step % args.snapshot_every == 0:
-            if args.kill_in_save_file and os.path.exists(args.kill_in_save_file):
-                try:
-                    os.remove(args.kill_in_save_file)
-                    snapshots.kill_mid_save = True
-                except FileNotFoundError:
-                    pass  # another rank took it
-            # The data position is the step: the corpus is indexed by it.
-            snapshots.save(step, {
-                "step": step,
-                "consumed_samples": step * G,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "torch_rng_state": torch.get_rng_state(),
-                "world_size": world,
-            })
+            # Between the planner's snapshot steps save() returns at once
+            # (it only times the step), so no state is built for it.
+            state = None
+            if snapshots.due(step):
+                if args.kill_in_save_file and os.path.exists(args.kill_in_save_file):
+                    try:
+                        os.remove(args.kill_in_save_file)
+                        snapshots.kill_mid_save = True
+                    except FileNotFoundError:
+                        pass  # another rank took it
+                # The data position is the step: the corpus is indexed by it.
+                state = {
+                    "step": step,
+                    "consumed_samples": step * G,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "torch_rng_state": torch.get_rng_state(),
+                    "world_size": world,
+                }
+            snapshots.save(step, state)
         if args.step_sleep > 0:
             time.sleep(args.step_sleep)
         interval_ms += (time.perf_counter() - t0) * 1000.0

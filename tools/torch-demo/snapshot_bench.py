@@ -137,6 +137,73 @@ def iteration_ms(unicron, every, steps, step_sleep):
         cluster.stop()
 
 
+#: The example model at about 256 MB of state per rank: 22 M parameters,
+#: their AdamW moments, all float32.
+BIG_MODEL = ["--d-model", "512", "--n-heads", "8", "--n-layers", "7"]
+GENERATION_2 = "generation 2 resume_from"
+INTERVAL = re.compile(r"snapshots every (\d+) steps")
+
+
+def planner_interval(unicron, steps):
+    """The example job with BIG_MODEL: its overhead with a snapshot every
+    step (the first start, before any cost is measured), then, after an
+    injected exception restarts it, at the interval the planner chose from
+    the measured costs, each against the same job without snapshots."""
+    def train(every, fail_file=None):
+        command = [PYTHON, os.path.join(REPO, "examples", "torch-gpt", "train.py"),
+                   "--steps", str(steps), "--checkpoint-every", "0",
+                   "--snapshot-every", str(every), *BIG_MODEL]
+        if fail_file:
+            command += ["--fail-file", fail_file]
+        return command
+
+    def times(text, first):
+        return [float(ms) for it, ms in ITER_MS.findall(text) if int(it) >= first]
+
+    def rank0(cluster):
+        """The output of the node running rank 0 (it logs the iterations)."""
+        return max((cluster.text(n) for n in ("b1.out", "b2.out")),
+                   key=lambda t: len(ITER_MS.findall(t)))
+
+    # Without snapshots: the reference.
+    cluster = Cluster(unicron, "gpt-big-0", train(0))
+    try:
+        wait("the reference run", lambda: "training done" in rank0(cluster), within=3600)
+        without = times(rank0(cluster), 6)
+    finally:
+        cluster.stop()
+    fail = os.path.join(tempfile.gettempdir(), f"unicron-snapbench-fail-{os.getpid()}")
+    cluster = Cluster(unicron, "gpt-big-1", train(1, fail))
+    try:
+        first = steps // 4
+        wait(f"step {first}", lambda: any(int(i) >= first for i, _ in ITER_MS.findall(
+            rank0(cluster))), within=3600)
+        open(fail, "w").close()
+        wait("the restart", lambda: GENERATION_2 in rank0(cluster), within=600)
+        wait("the rest of the run", lambda: "training done" in rank0(cluster), within=3600)
+        out = rank0(cluster)
+        gen1, gen2 = out.split(GENERATION_2, 1)
+        every = int(INTERVAL.findall(gen2)[0])
+        resumed = int(re.search(r"starting at step (\d+)", gen2).group(1))
+        with_every_step = times(gen1, 6)
+        with_interval = times(gen2, resumed + 5)
+    finally:
+        cluster.stop()
+        if os.path.exists(fail):
+            os.remove(fail)
+    base = statistics.mean(without)
+    return {
+        "state_mb": 256,
+        "iteration_ms_without": base,
+        "iteration_ms_every_step": statistics.mean(with_every_step),
+        "overhead_every_step": statistics.mean(with_every_step) / base - 1,
+        "planner_interval_steps": every,
+        "iteration_ms_at_interval": statistics.mean(with_interval),
+        "overhead_at_interval": statistics.mean(with_interval) / base - 1,
+        "steps_at_interval": len(with_interval),
+    }
+
+
 def replica(unicron, mb):
     # Far enough apart that no save waits for the one before (at most one
     # in flight): each is measured alone.
@@ -263,6 +330,9 @@ def main():
     p.add_argument("--step-sleep", type=float, action="append",
                    help="the example job's --step-sleep; repeatable (default: 0 and 0.08, "
                         "all compute and the demo's 0.1-s steps)")
+    p.add_argument("--big-steps", type=int, default=0,
+                   help="steps of the 256-MB example job run (0: not run; it takes tens "
+                        "of minutes on 2 cores)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     if not os.path.exists(args.unicron):
@@ -283,6 +353,14 @@ def main():
               f"per iteration with a snapshot every step, {without_ms:.1f} ms without: overhead "
               f"{100 * row['snapshot_overhead']:+.1f}% (training thread in save: "
               f"{row['handover_ms_per_save']:.2f} ms per save)")
+    if args.big_steps:
+        big = planner_interval(args.unicron, args.big_steps)
+        report["example_job_256mb"] = big
+        print(f"example job, 256 MB a rank, 2 ranks: {big['iteration_ms_without']:.0f} ms per "
+              f"iteration without snapshots; a snapshot every step "
+              f"{100 * big['overhead_every_step']:+.1f}%; at the planner's interval "
+              f"({big['planner_interval_steps']} steps) "
+              f"{100 * big['overhead_at_interval']:+.1f}% over {big['steps_at_interval']} steps")
     report["replicas"] = []
     report["sizes"] = []
     for mb in (int(s) for s in args.sizes.split(",") if s):

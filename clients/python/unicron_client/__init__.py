@@ -254,6 +254,11 @@ class Snapshots:
 
     # ------------------------------------------------------------ save
 
+    def due(self, step):
+        """Whether `save(step, ...)` would snapshot: lets a script skip
+        building a state that would not be kept."""
+        return self.active and int(step) % self.every == 0
+
     def save(self, step, state):
         """Hands a snapshot of `state` after training step `step` to the
         agent. Returns once the tensors' bytes are copied (one copy, into a

@@ -47,15 +47,13 @@ pub fn choose(config: &PlannerConfig, state: &ClusterState, job: &str) -> Interv
             format!("the overhead budget of {:.1}%", budget * 100.0),
         ),
     ];
-    let (seconds, bound) = floors
-        .iter()
-        .fold((0.0_f64, ""), |(best, why), (s, name)| {
-            if *s > best {
-                (*s, name.as_str())
-            } else {
-                (best, why)
-            }
-        });
+    let (seconds, bound) = floors.iter().fold((0.0_f64, ""), |(best, why), (s, name)| {
+        if *s > best {
+            (*s, name.as_str())
+        } else {
+            (best, why)
+        }
+    });
     let steps = ((seconds / measured.step_s).ceil() as i64).max(1);
     let overhead = measured.block_s / (steps as f64 * measured.step_s);
     Interval {
@@ -107,7 +105,14 @@ fn seconds_text(s: f64) -> String {
 }
 
 /// Notes one snapshot's measured costs for `job` (a report of its agent).
-pub fn note(costs: &mut SnapshotCosts, rank: i32, replica: bool, block_us: i64, step_us: i64, transfer_us: i64) {
+pub fn note(
+    costs: &mut SnapshotCosts,
+    rank: i32,
+    replica: bool,
+    block_us: i64,
+    step_us: i64,
+    transfer_us: i64,
+) {
     if replica {
         if transfer_us > 0 {
             costs.transfer_us.insert(rank, transfer_us);
@@ -163,7 +168,11 @@ mod tests {
         let config = PlannerConfig::default();
         let chosen = choose(&config, &ClusterState::new("c"), "j");
         assert_eq!(chosen.steps, 1);
-        assert!(chosen.reason.contains("no snapshot cost"), "{}", chosen.reason);
+        assert!(
+            chosen.reason.contains("no snapshot cost"),
+            "{}",
+            chosen.reason
+        );
     }
 
     #[test]
@@ -175,7 +184,11 @@ mod tests {
         let chosen = choose(&config, &s, "j");
         assert_eq!(chosen.steps, 32, "{}", chosen.reason);
         assert!(chosen.reason.contains("Young"), "{}", chosen.reason);
-        assert!(chosen.reason.contains("recent failures"), "{}", chosen.reason);
+        assert!(
+            chosen.reason.contains("recent failures"),
+            "{}",
+            chosen.reason
+        );
     }
 
     #[test]
@@ -183,9 +196,17 @@ mod tests {
         let config = PlannerConfig::default();
         // Frequent failures (every 10 s) and C = 0.5 s: Young says 3.2 s,
         // but 2% overhead needs 25 s between snapshots.
-        let chosen = choose(&config, &state(500_000, 1_000_000, 0, &[0, 10_000, 20_000]), "j");
+        let chosen = choose(
+            &config,
+            &state(500_000, 1_000_000, 0, &[0, 10_000, 20_000]),
+            "j",
+        );
         assert_eq!(chosen.steps, 25, "{}", chosen.reason);
-        assert!(chosen.reason.contains("overhead budget"), "{}", chosen.reason);
+        assert!(
+            chosen.reason.contains("overhead budget"),
+            "{}",
+            chosen.reason
+        );
         // A replica that takes 60 s to land sets it.
         let chosen = choose(
             &config,
@@ -195,7 +216,11 @@ mod tests {
         assert_eq!(chosen.steps, 60, "{}", chosen.reason);
         assert!(chosen.reason.contains("replication"), "{}", chosen.reason);
         // A cheap snapshot of a slow step: never less than one step.
-        let chosen = choose(&config, &state(1, 600_000_000, 0, &[0, 10_000, 20_000]), "j");
+        let chosen = choose(
+            &config,
+            &state(1, 600_000_000, 0, &[0, 10_000, 20_000]),
+            "j",
+        );
         assert_eq!(chosen.steps, 1, "{}", chosen.reason);
         assert!(chosen.reason.contains("one step"), "{}", chosen.reason);
     }

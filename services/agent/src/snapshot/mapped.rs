@@ -115,7 +115,9 @@ impl Mapped {
             None
         } else {
             // SAFETY: the agent's own memfd, not shared with anyone yet.
-            Some(unsafe { MmapMut::map_mut(&file)? })
+            // Populated: its pages are made in one go, not faulted in one
+            // at a time under the socket reads that fill them.
+            Some(unsafe { MmapOptions::new().populate().map_mut(&file)? })
         };
         Ok((file, map))
     }
