@@ -209,3 +209,49 @@ fn rounds_without_a_read_time_do_not_settle() {
     let out = run(&DetectorConfig::default(), &batches);
     assert_eq!(out[0], vec![n1(FailureKind::ExitedAbnormally)]);
 }
+
+/// Ranks 0-2 of j1 (on n1-n3) finish an iteration a second up to 10 s;
+/// then n1 prints an NCCL timeout and the job stalls, while the nodes go on
+/// heartbeating to 40 s. All read within one settle time (a fast replay, a
+/// simulator running ahead of the wall clock).
+fn nccl_timeout_then_stall() -> Vec<(i64, Vec<Record>)> {
+    let mut records = vec![hello_line()];
+    let mut offset = 1;
+    for s in 0..=10 {
+        for (p, node) in ["n1", "n2", "n3"].into_iter().enumerate() {
+            let mut done =
+                AgentEvent::new("c1", node, T0 + s * 1000, AgentEventKind::IterationDone);
+            done.job = Some("j1".into());
+            done.rank = Some(p as i32);
+            done.iteration = Some(s);
+            done.iteration_time_ms = Some(1000.0);
+            records.push(("unicron.agent", p as i32, offset, Observation::Agent(done)));
+        }
+        offset += 1;
+    }
+    records.extend(heartbeats(0, 40, &mut offset));
+    let line = LogRecord {
+        cluster: "c1".into(),
+        node: "n1".into(),
+        time_ms: T0 + 10_500,
+        job: Some("j1".into()),
+        rank: Some(0),
+        gpu: None,
+        source: "training".into(),
+        attributes: BTreeMap::new(),
+        line: "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600010 milliseconds before timing out.".into(),
+    };
+    records.push(("unicron.logs", 0, 1, Observation::Log(line)));
+    vec![(READ0, records)]
+}
+
+#[test]
+fn a_hang_of_a_job_ends_its_symptoms_settle_and_they_are_the_verdict() {
+    let config = DetectorConfig {
+        hang_min_stall_s: 0.0,
+        ..DetectorConfig::default()
+    };
+    let out = run(&config, &nccl_timeout_then_stall());
+    assert_eq!(out[0], vec![n1(FailureKind::NcclTimeout)]);
+    assert_eq!(run(&config, &nccl_timeout_then_stall()), out, "replay");
+}

@@ -224,6 +224,24 @@ impl Correlator {
         due
     }
 
+    /// The groups of `jobs` whose window `watermark_ms` has closed, still
+    /// settling: a hang of their job ends the settle, since the held
+    /// symptom (an NCCL timeout, say) is the more specific account of the
+    /// stall than the hang timer.
+    pub fn take_settling(
+        &mut self,
+        jobs: &std::collections::BTreeSet<&str>,
+        watermark_ms: i64,
+    ) -> Vec<Group> {
+        let (mut due, keep): (Vec<Group>, Vec<Group>) =
+            std::mem::take(&mut self.groups).into_iter().partition(|g| {
+                g.deadline_ms < watermark_ms && g.job.as_deref().is_some_and(|j| jobs.contains(j))
+            });
+        self.groups = keep;
+        due.sort_by_key(|g| g.deadline_ms);
+        due
+    }
+
     /// Records an emitted failure and returns its final severity (SEV3
     /// repeats on one node escalate to SEV2).
     pub fn emitted(&mut self, c: &Candidate, config: &DetectorConfig) -> Severity {

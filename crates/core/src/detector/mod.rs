@@ -440,11 +440,35 @@ impl ClusterPass<'_> {
             Some(silence) => timers::due(self.view, silence, self.config),
             None => Vec::new(),
         };
+        // A job's hang with its symptoms still settling: the symptoms are
+        // the verdict, and the hang is not reported on top of them.
+        let hung: BTreeSet<&str> = due
+            .iter()
+            .filter(|c| c.kind == FailureKind::TaskHang)
+            .filter_map(|c| c.job.as_deref())
+            .collect();
+        let explained = if hung.is_empty() {
+            Vec::new()
+        } else {
+            self.view.correlator.take_settling(&hung, watermark)
+        };
+        let explained_jobs: BTreeSet<String> =
+            explained.iter().filter_map(|g| g.job.clone()).collect();
+        for group in explained {
+            let c = self.resolve_group(group, silence);
+            self.emit(c);
+        }
         let groups = self
             .view
             .correlator
             .expired(watermark, self.read_ms, self.config);
         for c in due {
+            if c.kind == FailureKind::TaskHang
+                && c.job.as_ref().is_some_and(|j| explained_jobs.contains(j))
+            {
+                self.stats.absorbed += 1;
+                continue;
+            }
             self.offer(c);
         }
         for group in groups {
