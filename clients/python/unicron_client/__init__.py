@@ -47,6 +47,10 @@ Restored = collections.namedtuple("Restored", ["state", "source", "step"])
 MAX_SLOTS = 4
 
 
+#: Map with the pages in place (Linux); 0 where Python does not know it.
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
 class _Slot:
     """One buffer a snapshot is written into: a memfd (sealable, so the
     agent can forbid shrinking it), mapped, its pages touched once."""
@@ -55,10 +59,10 @@ class _Slot:
         self.id = ident
         self.fd = os.memfd_create(f"unicron-snapshot-{ident}",
                                   os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        os.ftruncate(self.fd, size)
-        self.buf = mmap.mmap(self.fd, size)
-        for off in range(0, size, mmap.PAGESIZE):
-            self.buf[off] = 0
+        # Pages allocated by the kernel in one call and mapped in one go
+        # (a Python loop touching each page is ten times slower).
+        os.posix_fallocate(self.fd, 0, size)
+        self.buf = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | _POPULATE)
 
 
 class _Slots:
@@ -239,7 +243,8 @@ class Snapshots:
             # Private: the tensors are views of the agent's pages, and a
             # write to them (there should be none) copies a page here.
             size = header.get("len") or 0
-            buf = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE) if size else bytearray()
+            buf = (mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE | _POPULATE)
+                   if size else bytearray())
         except (OSError, ValueError) as e:
             self._warn(f"the agent's snapshot cannot be mapped ({e}); using the checkpoint")
             return None

@@ -68,8 +68,9 @@ impl Mapped {
             None
         } else {
             // SAFETY: see the module doc: read as bytes only, checked by
-            // digest before every use.
-            Some(unsafe { MmapOptions::new().len(len as usize).map(&file)? })
+            // digest before every use. Populated: the worker's pages are
+            // mapped in one go, not faulted in one at a time by the digest.
+            Some(unsafe { MmapOptions::new().len(len as usize).populate().map(&file)? })
         };
         Ok(Mapped { file, map })
     }
@@ -85,12 +86,15 @@ impl Mapped {
     }
 
     /// Reads `len` bytes from `reader` into a new memfd: a replica or a
-    /// fetched snapshot, written once, in place.
+    /// fetched snapshot, written once, in place. Returns it with its
+    /// digest (`wire::digest_hex`), computed over each read while its
+    /// bytes are still in cache, so no second pass follows the transfer.
     pub async fn receive(
         reader: &mut (impl AsyncRead + Unpin),
         len: u64,
-    ) -> Result<Mapped, WireError> {
+    ) -> Result<(Mapped, String), WireError> {
         let (file, mut map) = Self::create(len)?;
+        let mut digest = xxhash_rust::xxh3::Xxh3::new();
         if let Some(map) = map.as_mut() {
             let mut got = 0;
             while got < map.len() {
@@ -101,10 +105,12 @@ impl Mapped {
                         expected: len,
                     });
                 }
+                digest.update(&map[got..got + n]);
                 got += n;
             }
         }
-        Ok(Self::seal(file, map)?)
+        let digest = format!("{:032x}", digest.digest128());
+        Ok((Self::seal(file, map)?, digest))
     }
 
     fn create(len: u64) -> Result<(File, Option<MmapMut>), std::io::Error> {

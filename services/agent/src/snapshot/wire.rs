@@ -155,8 +155,7 @@ pub async fn read_payload(
             header.len
         )));
     }
-    let data = super::mapped::Mapped::receive(reader, header.len).await?;
-    let digest = digest_hex(&data);
+    let (data, digest) = super::mapped::Mapped::receive(reader, header.len).await?;
     if !header.digest.is_empty() && digest != header.digest {
         return Err(WireError::Checksum);
     }
