@@ -232,6 +232,8 @@ def replica(unicron, mb):
         saves = [s for s in every_save if int(s[0]) >= STEADY_FROM]
         first = [s for s in every_save if int(s[0]) == 1]
         rates = [int(b) / float(s) / 1e6 for b, s in sent]
+        print(f"  {mb} MB replicas, seconds: {' '.join(f'{float(s):.3f}' for _, s in sent)}",
+              flush=True)
         # A worker killed: the planner restarts the job, and each worker
         # restores from its agent's memory.
         os.kill(int(PID.findall(cluster.text("b1.out"))[0]), signal.SIGKILL)

@@ -243,8 +243,9 @@ class Snapshots:
             # Private: the tensors are views of the agent's pages, and a
             # write to them (there should be none) copies a page here.
             size = header.get("len") or 0
-            buf = (mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE | _POPULATE)
-                   if size else bytearray())
+            # Not populated: on a private writable mapping that would copy
+            # every page up front.
+            buf = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE) if size else bytearray()
         except (OSError, ValueError) as e:
             self._warn(f"the agent's snapshot cannot be mapped ({e}); using the checkpoint")
             return None
