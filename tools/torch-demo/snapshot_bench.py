@@ -7,8 +7,9 @@
    time with `--snapshot-every 1` against `--snapshot-every 0`, same seed,
    two ranks (each agent also replicates to the other).
 2. Replica transfer: a worker hands its agent a state of 100 MB and 1 GB
-   (tools/torch-demo/snapshot_payload.py); the agent sends it to its peer
-   over TCP on loopback. MB/s of that send, against `cp` of the same bytes
+   eight times (tools/torch-demo/snapshot_payload.py; the medians are of
+   saves 5-8, when the worker's slots are reused, and the two workers save
+   half a gap apart); the agent sends it to its peer over TCP on loopback. MB/s of that send, against `cp` of the same bytes
    to /dev/shm.
 3. `sizes`: per state size, what a save costs (`save_block_s`: the
    training thread in save(); `at_agent_s`: until the agent holds it;

@@ -49,10 +49,15 @@ pub const MEASURED_RESTART_S: f64 = 2.12;
 /// The same after a node loss, the state fetched from the peer's replica
 /// (docs/BENCHMARKS.md: first step 1.75 s after the detection).
 pub const MEASURED_RECONFIGURE_S: f64 = 1.75;
-/// The agent's snapshot path for one rank's state, measured with 1 GB
-/// (docs/BENCHMARKS.md, "In-memory snapshots": 4.99 s to the peer, bounded
-/// by serialisation and two SHA-256 passes on this 2-core machine).
-pub const MEASURED_STATE_MB_S: f64 = 211.0;
+/// Restoring one rank's state from its agent's memory: the descriptor
+/// handed back, the tensors built over it and copied into the model once
+/// (docs/BENCHMARKS.md, "In-memory snapshots": `restore_s`, 1 GiB in
+/// 0.331 s on this 2-core machine).
+pub const MEASURED_RESTORE_MB_S: f64 = 1073.7 / 0.331;
+/// Moving one rank's state between agents over TCP, digest included
+/// (docs/BENCHMARKS.md, "In-memory snapshots": `replica_s`, 1 GiB in
+/// 2.643 s, the median on this machine, where two agents share 23 GB).
+pub const MEASURED_REPLICA_MB_S: f64 = 1073.7 / 2.643;
 /// Training state per parameter: fp16 weights and gradients and fp32
 /// master weights, momentum and variance (the ZeRO paper's 16 bytes).
 pub const STATE_BYTES_PER_PARAMETER: f64 = 16.0;
@@ -97,30 +102,33 @@ fn every_transition(s: f64, resume_s: f64) -> Transitions {
     }
 }
 
-/// Seconds to move one rank's training state through the agent at the
-/// measured rate, for the largest per-rank state of `scenario`'s jobs. The
-/// ranks of a node move theirs at once, each on its own stream (an
-/// ASSUMPTION: the measurement had one rank).
-pub fn state_move_s(scenario: &Scenario) -> f64 {
+/// Seconds to move one rank's training state at `mb_s` MB/s, for the
+/// largest per-rank state of `scenario`'s jobs. The ranks of a node move
+/// theirs at once, each on its own stream (an ASSUMPTION: the measurement
+/// had one rank).
+pub fn state_move_s(scenario: &Scenario, mb_s: f64) -> f64 {
     (0..scenario.jobs as usize)
         .map(|i| scenario.workload.job(i).0)
         .map(|m| STATE_BYTES_PER_PARAMETER * m.parameters / f64::from(m.replica_gpus))
         .fold(0.0, f64::max)
-        / (MEASURED_STATE_MB_S * 1e6)
+        / (mb_s * 1e6)
 }
 
 /// unicron's transitions: the agent's measured restart and reconfiguration
-/// plus the state moved at the measured rate, times `scenario`'s cost
-/// factor; a restart from the checkpoint (no replica left) and a first
-/// start as for every policy.
+/// plus the state restored at the measured rates (from the node's own
+/// memory after a process fault; fetched from the peer's replica, then
+/// restored, after a node loss), times `scenario`'s cost factor; a restart
+/// from the checkpoint (no replica left) and a first start as for every
+/// policy.
 pub fn unicron_transitions(scenario: &Scenario) -> Transitions {
     let f = scenario.unicron_cost_factor;
-    let state = state_move_s(scenario);
+    let from_memory = state_move_s(scenario, MEASURED_RESTORE_MB_S);
+    let from_peer = state_move_s(scenario, MEASURED_REPLICA_MB_S) + from_memory;
     Transitions {
-        reattempt_s: f * (MEASURED_RESTART_S + state),
-        restart_replica_s: f * (MEASURED_RESTART_S + state),
+        reattempt_s: f * (MEASURED_RESTART_S + from_memory),
+        restart_replica_s: f * (MEASURED_RESTART_S + from_memory),
         restart_checkpoint_s: Transitions::default().restart_checkpoint_s,
-        reconfigure_s: f * (MEASURED_RECONFIGURE_S + state),
+        reconfigure_s: f * (MEASURED_RECONFIGURE_S + from_peer),
         resume_s: Transitions::default().resume_s,
     }
 }
