@@ -17,10 +17,10 @@ mod tables;
 
 pub use plots::{ratio_svg, svg};
 pub use policy::{
-    BAMBOO_OOM, MEASURED_RECONFIGURE_S, MEASURED_REPLICA_MB_S, MEASURED_RESTART_S, MEASURED_RESTORE_MB_S,
-    MEGATRON_RESTART_S, OOBLECK_RECONFIGURE_S, PolicyModel, STATE_BYTES_PER_PARAMETER,
-    VARUNA_CHECKPOINT_S, VARUNA_ITERATION_S, VARUNA_RESTART_S, VARUNA_VS_OOBLECK, policies,
-    state_move_s, unicron_transitions,
+    BAMBOO_OOM, MEASURED_RECONFIGURE_S, MEASURED_REPLICA_MB_S, MEASURED_RESTART_S,
+    MEASURED_RESTORE_MB_S, MEGATRON_RESTART_S, OOBLECK_RECONFIGURE_S, PolicyModel,
+    STATE_BYTES_PER_PARAMETER, VARUNA_CHECKPOINT_S, VARUNA_ITERATION_S, VARUNA_RESTART_S,
+    VARUNA_VS_OOBLECK, policies, state_move_s, unicron_transitions,
 };
 pub use running::{Evaluation, PolicyResult, Run, evaluate, offline_for, run, sim_for};
 pub use scenario::{Failures, RATE_SWEEP, REAL_SWEEP, Scenario, scenarios};

@@ -86,9 +86,7 @@ fn unicron_costs_are_the_measured_ones_scaled_with_state() {
     let from_peer = state_move_s(&paper, MEASURED_REPLICA_MB_S);
     let t = unicron_transitions(&paper);
     assert!((t.restart_replica_s - (MEASURED_RESTART_S + from_memory)).abs() < 1e-9);
-    assert!(
-        (t.reconfigure_s - (MEASURED_RECONFIGURE_S + from_peer + from_memory)).abs() < 1e-9
-    );
+    assert!((t.reconfigure_s - (MEASURED_RECONFIGURE_S + from_peer + from_memory)).abs() < 1e-9);
     let doubled = unicron_transitions(&Scenario {
         unicron_cost_factor: 2.0,
         ..paper
