@@ -19,9 +19,6 @@ use memmap2::{Mmap, MmapMut, MmapOptions};
 use rustix::fs::{
     FileType, MemfdFlags, SealFlags, fcntl_add_seals, fstat, ftruncate, memfd_create,
 };
-use tokio::io::{AsyncRead, AsyncReadExt};
-
-use super::wire::WireError;
 
 /// Why a descriptor is not taken as a snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -85,35 +82,7 @@ impl Mapped {
         Self::seal(file, map)
     }
 
-    /// Reads `len` bytes from `reader` into a new memfd: a replica or a
-    /// fetched snapshot, written once, in place. Returns it with its
-    /// digest (`wire::digest_hex`), computed over each read while its
-    /// bytes are still in cache, so no second pass follows the transfer.
-    pub async fn receive(
-        reader: &mut (impl AsyncRead + Unpin),
-        len: u64,
-    ) -> Result<(Mapped, String), WireError> {
-        let (file, mut map) = Self::create(len)?;
-        let mut digest = xxhash_rust::xxh3::Xxh3::new();
-        if let Some(map) = map.as_mut() {
-            let mut got = 0;
-            while got < map.len() {
-                let n = reader.read(&mut map[got..]).await?;
-                if n == 0 {
-                    return Err(WireError::Truncated {
-                        got: got as u64,
-                        expected: len,
-                    });
-                }
-                digest.update(&map[got..got + n]);
-                got += n;
-            }
-        }
-        let digest = format!("{:032x}", digest.digest128());
-        Ok((Self::seal(file, map)?, digest))
-    }
-
-    fn create(len: u64) -> Result<(File, Option<MmapMut>), std::io::Error> {
+    pub(super) fn create(len: u64) -> Result<(File, Option<MmapMut>), std::io::Error> {
         let fd = memfd_create("unicron-snapshot", MemfdFlags::CLOEXEC)?;
         ftruncate(&fd, len)?;
         let file = File::from(fd);
@@ -128,7 +97,7 @@ impl Mapped {
         Ok((file, map))
     }
 
-    fn seal(file: File, map: Option<MmapMut>) -> Result<Mapped, std::io::Error> {
+    pub(super) fn seal(file: File, map: Option<MmapMut>) -> Result<Mapped, std::io::Error> {
         let map = map.map(MmapMut::make_read_only).transpose()?;
         Ok(Mapped { file, map })
     }
@@ -140,7 +109,7 @@ impl Mapped {
 
     /// Whether the bytes still have `digest` (the one taken at hand-over).
     pub fn intact(&self, digest: &str) -> bool {
-        super::wire::digest_hex(self) == digest
+        format!("{:032x}", xxhash_rust::xxh3::xxh3_128(self)) == digest
     }
 }
 

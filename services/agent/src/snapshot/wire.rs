@@ -9,7 +9,11 @@
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt,
+};
+
+use super::mapped::Mapped;
 
 /// Longest header line accepted.
 const MAX_HEADER: usize = 64 * 1024;
@@ -138,7 +142,7 @@ pub async fn read_header(reader: &mut (impl AsyncBufRead + Unpin)) -> Result<Hea
 
 /// A payload read whole (into a memfd of the agent's), with its digest.
 pub struct Payload {
-    pub data: super::mapped::Mapped,
+    pub data: Mapped,
     pub digest: String,
 }
 
@@ -155,11 +159,39 @@ pub async fn read_payload(
             header.len
         )));
     }
-    let (data, digest) = super::mapped::Mapped::receive(reader, header.len).await?;
+    let (data, digest) = receive(reader, header.len).await?;
     if !header.digest.is_empty() && digest != header.digest {
         return Err(WireError::Checksum);
     }
     Ok(Payload { data, digest })
+}
+
+/// Reads `len` bytes from `reader` into a new memfd: a replica or a
+/// fetched snapshot, written once, in place. Returns it with its
+/// digest (`wire::digest_hex`), computed over each read while its
+/// bytes are still in cache, so no second pass follows the transfer.
+async fn receive(
+    reader: &mut (impl AsyncRead + Unpin),
+    len: u64,
+) -> Result<(Mapped, String), WireError> {
+    let (file, mut map) = Mapped::create(len)?;
+    let mut digest = xxhash_rust::xxh3::Xxh3::new();
+    if let Some(map) = map.as_mut() {
+        let mut got = 0;
+        while got < map.len() {
+            let n = reader.read(&mut map[got..]).await?;
+            if n == 0 {
+                return Err(WireError::Truncated {
+                    got: got as u64,
+                    expected: len,
+                });
+            }
+            digest.update(&map[got..got + n]);
+            got += n;
+        }
+    }
+    let digest = format!("{:032x}", digest.digest128());
+    Ok((Mapped::seal(file, map)?, digest))
 }
 
 /// Reads a payload from another agent: its (signed) header must name the
