@@ -8,7 +8,8 @@
    two ranks (each agent also replicates to the other).
 2. Replica transfer: a worker hands its agent a state of 100 MB and 1 GB
    eight times (tools/torch-demo/snapshot_payload.py; the medians are of
-   saves 5-8, when the worker's slots are reused, and the two workers save
+   saves 5-8 and their replicas, when the worker's slots and the receiving
+   agent's memory are reused, and the two workers save
    half a gap apart); the agent sends it to its peer over TCP on loopback. MB/s of that send, against `cp` of the same bytes
    to /dev/shm.
 3. `sizes`: per state size, what a save costs (`save_block_s`: the
@@ -232,7 +233,11 @@ def replica(unicron, mb):
                   flush=True)
         saves = [s for s in every_save if int(s[0]) >= STEADY_FROM]
         first = [s for s in every_save if int(s[0]) == 1]
-        rates = [int(b) / float(s) / 1e6 for b, s in sent]
+        # Each agent's sends in order, one per save: the steady ones are
+        # those of saves 5-8, when the receiver reuses its memory too.
+        each = [REPLICA.findall(cluster.text(f"{node}.err")) for node in ("b1", "b2")]
+        steady = [s for sends in each for s in sends[STEADY_FROM - 1:]]
+        rates = [int(b) / float(s) / 1e6 for b, s in steady]
         print(f"  {mb} MB replicas, seconds: {' '.join(f'{float(s):.3f}' for _, s in sent)}",
               flush=True)
         # A worker killed: the planner restarts the job, and each worker
@@ -246,7 +251,8 @@ def replica(unicron, mb):
             "restore_sources": sorted({src for src, _ in restores}),
             "mb": mb,
             "replica_mb_per_s": statistics.median(rates),
-            "replica_s": statistics.median(float(s) for _, s in sent),
+            "replica_s": statistics.median(float(s) for _, s in steady),
+            "first_replica_s": statistics.median(float(sends[0][1]) for sends in each),
             "save_training_thread_ms": statistics.median(float(t) for _, _, t, _ in saves),
             "save_at_agent_ms": statistics.median(float(a) for _, _, _, a in saves),
             "first_save_training_thread_ms": statistics.median(float(t) for _, _, t, _ in first),

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use tokio::net::{UnixListener, UnixStream};
 
+use super::digest;
 use super::fdsocket::{self, FdLines};
 use super::mapped::Mapped;
 use super::store::{Costs, Origin, Snapshot};
-use super::wire::{self, Header, WireError};
+use super::wire::{Header, WireError};
 use super::{Restored, Snapshots};
 
 /// How long a restore waits for a replica being fetched.
@@ -182,7 +183,7 @@ impl Snapshots {
             step: header.step,
             generation: header.generation,
             local_world,
-            digest: wire::digest_hex(&data),
+            digest: digest::of(&data),
             data,
             costs: Costs {
                 block_us: header.block_us.max(0),

@@ -14,6 +14,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
 use rustix::fs::{
@@ -41,6 +42,12 @@ pub struct Mapped {
     file: File,
     /// `None` for an empty snapshot (nothing to map).
     map: Option<Mmap>,
+    /// The agent made this memfd (a replica or a fetch), so once dropped
+    /// it may hold another snapshot; a worker's slot never does.
+    own: bool,
+    /// A descriptor of it went to a worker, which may map it for as long
+    /// as it likes: its bytes must never change again.
+    lent: AtomicBool,
 }
 
 impl Mapped {
@@ -69,27 +76,41 @@ impl Mapped {
             // mapped in one go, not faulted in one at a time by the digest.
             Some(unsafe { MmapOptions::new().len(len as usize).populate().map(&file)? })
         };
-        Ok(Mapped { file, map })
+        Ok(Mapped {
+            file,
+            map,
+            own: false,
+            lent: AtomicBool::new(false),
+        })
     }
 
     /// A memfd of the agent's own holding `data` (tests, and a snapshot
     /// built in memory).
     pub fn from_bytes(data: &[u8]) -> Result<Mapped, std::io::Error> {
-        let (file, mut map) = Self::create(data.len() as u64)?;
+        let (file, mut map) = Self::create(data.len() as u64, None)?;
         if let Some(map) = map.as_mut() {
             map.copy_from_slice(data);
         }
         Self::seal(file, map)
     }
 
-    pub(super) fn create(len: u64) -> Result<(File, Option<MmapMut>), std::io::Error> {
-        let fd = memfd_create("unicron-snapshot", MemfdFlags::CLOEXEC)?;
-        ftruncate(&fd, len)?;
-        let file = File::from(fd);
+    /// A writable memfd of `len` bytes: `spare` (one [`Mapped::into_spare`]
+    /// gave back, resized) when there is one, so its pages are already
+    /// made and a replica lands at copy speed, else a new one.
+    pub(super) fn create(
+        len: u64,
+        spare: Option<File>,
+    ) -> Result<(File, Option<MmapMut>), std::io::Error> {
+        let file = match spare {
+            Some(file) => file,
+            None => File::from(memfd_create("unicron-snapshot", MemfdFlags::CLOEXEC)?),
+        };
+        ftruncate(&file, len)?;
         let map = if len == 0 {
             None
         } else {
-            // SAFETY: the agent's own memfd, not shared with anyone yet.
+            // SAFETY: the agent's own memfd, not shared with anyone: a new
+            // one, or a spare no worker ever saw and nothing maps.
             // Populated: its pages are made in one go, not faulted in one
             // at a time under the socket reads that fill them.
             Some(unsafe { MmapOptions::new().populate().map_mut(&file)? })
@@ -99,17 +120,30 @@ impl Mapped {
 
     pub(super) fn seal(file: File, map: Option<MmapMut>) -> Result<Mapped, std::io::Error> {
         let map = map.map(MmapMut::make_read_only).transpose()?;
-        Ok(Mapped { file, map })
+        Ok(Mapped {
+            file,
+            map,
+            own: true,
+            lent: AtomicBool::new(false),
+        })
     }
 
     /// A descriptor of the same memory, to pass to a restoring worker.
+    /// From then on the memory is never reused.
     pub fn descriptor(&self) -> Result<OwnedFd, std::io::Error> {
+        self.lent.store(true, Ordering::Relaxed);
         self.file.as_fd().try_clone_to_owned()
+    }
+
+    /// The memfd, unmapped, to receive another snapshot into: only one the
+    /// agent made and never lent to a worker (nobody else can map it).
+    pub(super) fn into_spare(self) -> Option<File> {
+        (self.own && !self.lent.load(Ordering::Relaxed) && self.map.is_some()).then_some(self.file)
     }
 
     /// Whether the bytes still have `digest` (the one taken at hand-over).
     pub fn intact(&self, digest: &str) -> bool {
-        format!("{:032x}", xxhash_rust::xxh3::xxh3_128(self)) == digest
+        super::digest::of(self) == digest
     }
 }
 

@@ -6,6 +6,7 @@
 //! (`snapshots_stored`) and what each restore cost (`job_restored`).
 //! Operator docs: docs/agent.md, "In-memory snapshots".
 
+pub mod digest;
 mod fdsocket;
 mod local;
 pub mod mapped;

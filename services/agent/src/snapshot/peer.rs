@@ -75,8 +75,8 @@ async fn connection(service: &Snapshots, stream: TcpStream) -> Result<(), WireEr
         }
         match header.op.as_str() {
             "replica" => {
-                let limit = service.store().limit();
-                let data = match wire::read_peer_payload(&mut read, &header, limit).await {
+                let (limit, spare) = service.spare_for(header.len);
+                let data = match wire::read_peer_payload(&mut read, &header, limit, spare).await {
                     Ok(payload) => payload.data,
                     Err(e) => {
                         let message = format!(
@@ -157,6 +157,17 @@ impl Snapshots {
 
     fn verified(&self, header: &Header) -> bool {
         self.secret.as_ref().is_some_and(|s| header.verify(s))
+    }
+
+    /// The byte limit of a payload and, if `len` is within it, a spare
+    /// memfd to receive it into.
+    fn spare_for(&self, len: u64) -> (u64, Option<std::fs::File>) {
+        let mut store = self.store();
+        let limit = store.limit();
+        (
+            limit,
+            (len <= limit).then(|| store.take_spare(len)).flatten(),
+        )
     }
 
     /// A verified replica: kept only if the newest start command of its
@@ -385,8 +396,8 @@ async fn fetch_once(
             answer.job, answer.rank, answer.step
         )));
     }
-    let limit = service.store().limit();
-    let data = wire::read_peer_payload(&mut read, &answer, limit)
+    let (limit, spare) = service.spare_for(answer.len);
+    let data = wire::read_peer_payload(&mut read, &answer, limit, spare)
         .await
         .map_err(|e| retry(e.to_string()))?
         .data;

@@ -3,12 +3,17 @@
 //! planner has been told of, and any newer ones not yet reported. Only
 //! whole snapshots whose checksum matched are ever inserted.
 //!
+//! Memfds of replicas it let go of (never lent to a worker) are kept, at
+//! most [`SPARES`] and within the same limit, to receive the next replica
+//! into: on a VM, making a GB of fresh pages costs more than sending it.
+//!
 //! Why "reported": the planner mirrors this store from the agent's reports
 //! and picks a restore step from that mirror. Reports go out in batches
 //! (and a failure can overtake them), so a step newer than the planner
 //! knows must not push out a step it may still choose.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::sync::Arc;
 
 use unicron_core::planner::snapshots::KEPT;
@@ -32,7 +37,7 @@ pub struct Snapshot {
     pub step: i64,
     pub generation: i64,
     pub local_world: i32,
-    /// XXH3-128 of `data`, hex (`wire::digest_hex`).
+    /// The digest of `data` ([`super::digest`]), hex.
     pub digest: String,
     /// The bytes, in a memfd (a worker's slot, or the agent's own).
     pub data: super::mapped::Mapped,
@@ -82,12 +87,19 @@ struct Held {
     reported: bool,
 }
 
+/// Spare receive memfds kept at most.
+pub const SPARES: usize = 2;
+
 /// Snapshots by job, rank and origin, oldest first.
 #[derive(Debug)]
 pub struct SnapshotStore {
     limit: u64,
     held: u64,
     entries: BTreeMap<Key, Vec<Held>>,
+    /// Memfds to receive replicas into, with their sizes; their bytes
+    /// count against `limit` and they go first when room is needed.
+    spares: Vec<(File, u64)>,
+    spare_bytes: u64,
 }
 
 impl SnapshotStore {
@@ -96,11 +108,49 @@ impl SnapshotStore {
             limit,
             held: 0,
             entries: BTreeMap::new(),
+            spares: Vec::new(),
+            spare_bytes: 0,
         }
     }
 
+    /// Bytes of the snapshots held (spares not counted).
     pub fn held_bytes(&self) -> u64 {
         self.held
+    }
+
+    /// Bytes of the spare memfds kept.
+    pub fn spare_bytes(&self) -> u64 {
+        self.spare_bytes
+    }
+
+    /// A spare memfd to receive `len` bytes into: one of that size if
+    /// there is one (nothing to resize), else any.
+    pub fn take_spare(&mut self, len: u64) -> Option<File> {
+        let at = self
+            .spares
+            .iter()
+            .position(|(_, n)| *n == len)
+            .or_else(|| self.spares.len().checked_sub(1))?;
+        let (file, n) = self.spares.swap_remove(at);
+        self.spare_bytes -= n;
+        Some(file)
+    }
+
+    /// Keeps the memfds of `gone` the agent may reuse, while they fit.
+    fn recycle(&mut self, gone: impl IntoIterator<Item = Held>) {
+        for held in gone {
+            let Ok(snapshot) = Arc::try_unwrap(held.snapshot) else {
+                continue; // still being sent or served: freed when done
+            };
+            let n = snapshot.bytes();
+            if self.spares.len() >= SPARES || self.held + self.spare_bytes + n > self.limit {
+                continue;
+            }
+            if let Some(file) = snapshot.data.into_spare() {
+                self.spares.push((file, n));
+                self.spare_bytes += n;
+            }
+        }
     }
 
     pub fn limit(&self) -> u64 {
@@ -125,6 +175,11 @@ impl SnapshotStore {
             .map(|h| h.snapshot.bytes())
             .collect();
         let mut after = self.held - replaced + snapshot.bytes();
+        while after + self.spare_bytes > self.limit
+            && let Some((_, n)) = self.spares.pop()
+        {
+            self.spare_bytes -= n;
+        }
         let mut evict = 0;
         while after > self.limit && others.len() - evict >= KEPT {
             after -= others[evict];
@@ -140,14 +195,18 @@ impl SnapshotStore {
             });
         }
         let list = self.entries.entry(key.clone()).or_default();
-        list.retain(|h| h.snapshot.step != snapshot.step);
-        list.drain(..evict);
+        let (mut gone, kept): (Vec<Held>, Vec<Held>) = std::mem::take(list)
+            .into_iter()
+            .partition(|h| h.snapshot.step == snapshot.step);
+        *list = kept;
+        gone.extend(list.drain(..evict));
         list.push(Held {
             snapshot,
             reported: origin == Origin::Fetched,
         });
         list.sort_by_key(|h| h.snapshot.step);
         self.held = after;
+        self.recycle(gone);
         self.trim(&key);
         Ok(())
     }
@@ -173,16 +232,15 @@ impl SnapshotStore {
         };
         let reported = list.iter().filter(|h| h.reported).count();
         let mut extra = reported.saturating_sub(KEPT);
-        let mut freed = 0;
-        list.retain(|h| {
-            if extra > 0 && h.reported {
-                extra -= 1;
-                freed += h.snapshot.bytes();
-                return false;
-            }
-            true
-        });
-        self.held -= freed;
+        let (gone, kept): (Vec<Held>, Vec<Held>) =
+            std::mem::take(list).into_iter().partition(|h| {
+                let goes = extra > 0 && h.reported;
+                extra -= usize::from(goes);
+                goes
+            });
+        *list = kept;
+        self.held -= gone.iter().map(|h| h.snapshot.bytes()).sum::<u64>();
+        self.recycle(gone);
     }
 
     /// The snapshot of `job` rank `rank` at `step`, of any origin.
@@ -198,21 +256,20 @@ impl SnapshotStore {
     /// Drops `job`'s snapshots after `step` (a start resumes there and
     /// they are abandoned work), or all of them with `None`.
     pub fn drop_after(&mut self, job: &str, step: Option<i64>) {
-        let mut freed = 0;
+        let mut gone = Vec::new();
         for ((j, _, _), list) in self.entries.iter_mut() {
             if j != job {
                 continue;
             }
-            list.retain(|h| {
-                let keep = step.is_some_and(|step| h.snapshot.step <= step);
-                if !keep {
-                    freed += h.snapshot.bytes();
-                }
-                keep
-            });
+            let (kept, dropped): (Vec<Held>, Vec<Held>) = std::mem::take(list)
+                .into_iter()
+                .partition(|h| step.is_some_and(|step| h.snapshot.step <= step));
+            *list = kept;
+            gone.extend(dropped);
         }
         self.entries.retain(|_, l| !l.is_empty());
-        self.held -= freed;
+        self.held -= gone.iter().map(|h| h.snapshot.bytes()).sum::<u64>();
+        self.recycle(gone);
     }
 }
 
@@ -273,6 +330,43 @@ mod tests {
         store.reported("j", 0, Origin::Own, 4);
         assert!(store.get("j", 0, 2).is_none());
         assert_eq!(store.held_bytes(), 200);
+    }
+
+    #[test]
+    fn a_replica_let_go_of_is_kept_as_a_spare_within_the_limit() {
+        let mut store = SnapshotStore::new(300);
+        for step in 1..=3 {
+            held(&mut store, 0, step, Origin::Replica);
+        }
+        // Step 1 went: its memfd is kept, counted against the limit.
+        assert_eq!((store.held_bytes(), store.spare_bytes()), (200, 100));
+        // A new snapshot needs the room: the spare goes first.
+        store.insert(snap(1, 1, 100), Origin::Own).unwrap();
+        assert_eq!((store.held_bytes(), store.spare_bytes()), (300, 0));
+        assert!(store.take_spare(100).is_none());
+        store.drop_after("j", None);
+        assert_eq!(store.held_bytes(), 0);
+        // Two spares at most.
+        assert_eq!(store.spare_bytes(), 200);
+        assert!(store.take_spare(100).is_some() && store.take_spare(7).is_some());
+        assert!(store.take_spare(100).is_none());
+        assert_eq!(store.spare_bytes(), 0);
+    }
+
+    #[test]
+    fn a_snapshot_lent_to_a_worker_or_still_in_use_is_never_reused() {
+        let mut store = SnapshotStore::new(1000);
+        let lent = snap(0, 1, 100);
+        drop(lent.data.descriptor().unwrap());
+        store.insert(lent, Origin::Replica).unwrap();
+        store.reported("j", 0, Origin::Replica, 1);
+        let in_use = snap(0, 2, 100);
+        store.insert(in_use.clone(), Origin::Replica).unwrap();
+        store.reported("j", 0, Origin::Replica, 2);
+        store.drop_after("j", None);
+        assert_eq!(store.spare_bytes(), 0);
+        assert!(store.take_spare(100).is_none());
+        drop(in_use);
     }
 
     #[test]

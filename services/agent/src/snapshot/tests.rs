@@ -16,9 +16,10 @@ use unicron_core::{
 };
 
 use super::Snapshots;
+use super::digest::of as digest_hex;
 use super::fdsocket::{self, FdLines};
 use super::mapped::Mapped;
-use super::wire::{Header, digest_hex};
+use super::wire::Header;
 use crate::report::{Reported, Reporter};
 use crate::settings::AgentSettings;
 

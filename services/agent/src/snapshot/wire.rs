@@ -3,8 +3,8 @@
 //! header between agents carries an HMAC-SHA256 under the cluster's
 //! secret over every header field, the payload's digest included, so a
 //! verified header and a payload matching its digest are authentic. The
-//! digest is XXH3-128 (tens of GB/s a core, where SHA-256 does about 0.5):
-//! it detects damage; authenticity comes from the HMAC over it.
+//! digest is [`super::digest`] (chunked XXH3-128, at memory speed where
+//! SHA-256 does about 0.5 GB/s a core).
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -33,7 +33,7 @@ pub struct Header {
     pub local_world: i32,
     /// Payload bytes that follow.
     pub len: u64,
-    /// XXH3-128 of the payload, hex.
+    /// The payload's digest ([`super::digest`]), hex.
     pub digest: String,
     /// The sending node (between agents).
     pub from: String,
@@ -69,11 +69,6 @@ pub enum WireError {
     Checksum,
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// The payload digest: XXH3-128, 32 hex digits.
-pub fn digest_hex(data: &[u8]) -> String {
-    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(data))
 }
 
 impl Header {
@@ -146,12 +141,13 @@ pub struct Payload {
     pub digest: String,
 }
 
-/// Reads the `len` payload bytes of `header` into a new memfd and digests
-/// them; a header that names a digest must match it.
+/// Reads the `len` payload bytes of `header` into a memfd (`spare`, or a
+/// new one) and digests them; a header that names a digest must match it.
 pub async fn read_payload(
     reader: &mut (impl AsyncBufRead + Unpin),
     header: &Header,
     max: u64,
+    spare: Option<std::fs::File>,
 ) -> Result<Payload, WireError> {
     if header.len > max {
         return Err(WireError::BadHeader(format!(
@@ -159,23 +155,24 @@ pub async fn read_payload(
             header.len
         )));
     }
-    let (data, digest) = receive(reader, header.len).await?;
+    let (data, digest) = receive(reader, header.len, spare).await?;
     if !header.digest.is_empty() && digest != header.digest {
         return Err(WireError::Checksum);
     }
     Ok(Payload { data, digest })
 }
 
-/// Reads `len` bytes from `reader` into a new memfd: a replica or a
+/// Reads `len` bytes from `reader` into a memfd: a replica or a
 /// fetched snapshot, written once, in place. Returns it with its
-/// digest (`wire::digest_hex`), computed over each read while its
+/// digest ([`super::digest`]), computed over each read while its
 /// bytes are still in cache, so no second pass follows the transfer.
 async fn receive(
     reader: &mut (impl AsyncRead + Unpin),
     len: u64,
+    spare: Option<std::fs::File>,
 ) -> Result<(Mapped, String), WireError> {
-    let (file, mut map) = Mapped::create(len)?;
-    let mut digest = xxhash_rust::xxh3::Xxh3::new();
+    let (file, mut map) = Mapped::create(len, spare)?;
+    let mut digest = super::digest::Streaming::default();
     if let Some(map) = map.as_mut() {
         let mut got = 0;
         while got < map.len() {
@@ -190,7 +187,7 @@ async fn receive(
             got += n;
         }
     }
-    let digest = format!("{:032x}", digest.digest128());
+    let digest = digest.finish();
     Ok((Mapped::seal(file, map)?, digest))
 }
 
@@ -200,11 +197,12 @@ pub async fn read_peer_payload(
     reader: &mut (impl AsyncBufRead + Unpin),
     header: &Header,
     max: u64,
+    spare: Option<std::fs::File>,
 ) -> Result<Payload, WireError> {
     if header.digest.is_empty() {
         return Err(WireError::BadHeader("no payload digest".into()));
     }
-    read_payload(reader, header, max).await
+    read_payload(reader, header, max, spare).await
 }
 
 /// Writes a header line and its payload.
@@ -224,6 +222,7 @@ pub async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::digest::of as digest_hex;
 
     #[test]
     fn a_mac_covers_every_field() {
@@ -258,7 +257,7 @@ mod tests {
         let mut short = &data[..6];
         let mut reader = tokio::io::BufReader::new(&mut short);
         assert!(matches!(
-            read_payload(&mut reader, &header, 100).await,
+            read_payload(&mut reader, &header, 100, None).await,
             Err(WireError::Truncated {
                 got: 6,
                 expected: 10
@@ -268,7 +267,7 @@ mod tests {
         let mut slice = &altered[..];
         let mut reader = tokio::io::BufReader::new(&mut slice);
         assert!(matches!(
-            read_payload(&mut reader, &header, 100).await,
+            read_payload(&mut reader, &header, 100, None).await,
             Err(WireError::Checksum)
         ));
         altered.clear();
@@ -284,14 +283,36 @@ mod tests {
         };
         let mut slice = &data[..];
         let mut reader = tokio::io::BufReader::new(&mut slice);
-        let got = read_payload(&mut reader, &header, 100).await.unwrap();
+        let got = read_payload(&mut reader, &header, 100, None).await.unwrap();
         assert_eq!(got.digest, digest_hex(&data));
         assert_eq!(got.digest.len(), 32);
         let mut slice = &data[..];
         let mut reader = tokio::io::BufReader::new(&mut slice);
         assert!(matches!(
-            read_peer_payload(&mut reader, &header, 100).await,
+            read_peer_payload(&mut reader, &header, 100, None).await,
             Err(WireError::BadHeader(_))
         ));
+    }
+
+    /// A spare memfd, larger or smaller than the payload, holds exactly the
+    /// payload once received into.
+    #[tokio::test]
+    async fn a_spare_memfd_is_resized_to_the_payload_it_receives() {
+        for old in [vec![7u8; 4096 * 3], vec![7u8; 3]] {
+            let spare = Mapped::from_bytes(&old).unwrap().into_spare().unwrap();
+            let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+            let header = Header {
+                len: data.len() as u64,
+                digest: digest_hex(&data),
+                ..Header::default()
+            };
+            let mut slice = &data[..];
+            let mut reader = tokio::io::BufReader::new(&mut slice);
+            let got = read_payload(&mut reader, &header, 1 << 20, Some(spare))
+                .await
+                .unwrap();
+            assert_eq!(&got.data[..], &data[..]);
+            assert!(got.data.intact(&header.digest));
+        }
     }
 }
