@@ -186,8 +186,16 @@ fn verdict_agrees(rules: &LogRules, line: &str, classified: &Option<Classified>)
     match (rules.verdict(line), classified) {
         (Verdict::Benign, None) => true,
         (Verdict::Failure { kind, severity, .. }, Some(c)) => {
-            kind == c.kind && severity == c.severity
+            kind == c.kind && severity == c.severity && c.score_permille.is_none()
         }
+        (
+            Verdict::Learned {
+                kind,
+                severity,
+                score_permille,
+            },
+            Some(c),
+        ) => kind == c.kind && severity == c.severity && c.score_permille == Some(score_permille),
         _ => false,
     }
 }

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 
 use serde::Serialize;
-use unicron_core::detector::LogRules;
+use unicron_core::detector::{LogRules, learned};
 
 use crate::config::Config;
 use crate::usage::UsageError;
@@ -15,12 +15,16 @@ struct Verdict<'a> {
     kind: &'a str,
     severity: Option<&'a str>,
     rule: Option<&'a str>,
+    /// The learned tier's posterior, when it named the kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<f64>,
     /// With `--explain`, for a classified line only.
     #[serde(skip_serializing_if = "Option::is_none")]
     why: Option<Why<'a>>,
 }
 
-/// Why a rule took a line (`--explain`).
+/// Why a rule took a line (`--explain`); for a learned verdict, the
+/// error marker that sent the line to the model.
 #[derive(Serialize)]
 struct Why<'a> {
     keyword: &'a str,
@@ -52,6 +56,27 @@ pub fn run(config: &Config, rules: Option<PathBuf>, explain: bool) -> anyhow::Re
     )
 }
 
+/// `unicron train-classifier`: the learned tier from a corpus, its
+/// threshold chosen on the corpus's held-out half.
+pub fn train(corpus: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(corpus)
+        .map_err(|e| UsageError(format!("--corpus: {}: {e}", corpus.display())))?;
+    let examples = learned::corpus(&text)
+        .map_err(|e| UsageError(format!("--corpus: {}: {e}", corpus.display())))?;
+    let rules = LogRules::builtin();
+    let model = learned::train_shipped(&examples, |line| rules.for_learned(line));
+    std::fs::write(out, model.to_json())
+        .map_err(|e| UsageError(format!("--out: {}: {e}", out.display())))?;
+    eprintln!(
+        "{} lines, {} features, threshold {:.3}: wrote {}",
+        examples.len(),
+        model.features.len(),
+        f64::from(model.threshold_permille) / 1000.0,
+        out.display()
+    );
+    Ok(())
+}
+
 /// One output line per input line, in order; invalid UTF-8 is read lossily.
 fn classify(
     rules: &LogRules,
@@ -75,6 +100,7 @@ fn classify(
                 kind: c.kind.symbol(),
                 severity: Some(c.severity.symbol()),
                 rule: Some(&c.rule),
+                score: c.score_permille.map(|s| f64::from(s) / 1000.0),
                 why: explained.as_ref().map(|e| Why {
                     keyword: &e.keyword,
                     matched: &e.matched,
@@ -90,6 +116,7 @@ fn classify(
                 kind: "none",
                 severity: None,
                 rule: None,
+                score: None,
                 why: None,
             },
         };

@@ -75,6 +75,16 @@ pub enum Command {
         #[arg(long)]
         explain: bool,
     },
+    /// Learn the detector's second tier from a corpus of labelled lines
+    /// (`kind<TAB>source<TAB>line`) and write the model (docs/detector.md).
+    TrainClassifier {
+        /// The corpus, e.g. crates/core/tests/corpus/log_lines.tsv.
+        #[arg(long, value_name = "FILE")]
+        corpus: PathBuf,
+        /// Where to write the model, e.g. crates/core/rules/learned_model.json.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
     /// Re-derive every failure, decision and command from the recorded inputs and compare
     /// (exit 0 only when nothing diverged); with --policy or --what-if-config, show what
     /// another policy or configuration would have done.
@@ -153,6 +163,7 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
             summary_json,
         } => crate::services::sim(&config, duration, summary_json).await,
         Command::Classify { rules, explain } => crate::classify::run(&config, rules, explain),
+        Command::TrainClassifier { corpus, out } => crate::classify::train(&corpus, &out),
         Command::Replay(args) => crate::replay::run(&config, config_given, args),
         #[cfg(feature = "simulator")]
         Command::Evaluate(args) => crate::evaluate::run(args),

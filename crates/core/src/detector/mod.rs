@@ -16,6 +16,7 @@
 mod clock;
 pub mod config;
 pub mod correlate;
+pub mod learned;
 pub mod metric_rules;
 mod observe;
 pub mod progress;

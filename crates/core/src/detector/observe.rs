@@ -185,8 +185,15 @@ fn classify_log(
     Some(Candidate {
         kind: found.kind,
         severity: found.severity,
-        method: DetectionMethod::LogRule,
-        rule: Some(found.rule),
+        method: match found.score_permille {
+            Some(_) => DetectionMethod::Learned,
+            None => DetectionMethod::LogRule,
+        },
+        // A learned verdict carries its score, as `learned 0.912`.
+        rule: Some(match found.score_permille {
+            Some(score) => format!("{} {:.3}", found.rule, f64::from(score) / 1000.0),
+            None => found.rule,
+        }),
         node: Some(found.node.unwrap_or_else(|| record.node.clone())),
         gpu: record.gpu.or(found.gpu),
         job,

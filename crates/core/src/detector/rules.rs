@@ -8,11 +8,13 @@
 //! many and long (it runs them all, on every hit).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;
 use serde::Deserialize;
 
+use super::learned::Learned;
 use crate::taxonomy::{FailureKind, Severity};
 
 /// The built-in rules, compiled into the binary.
@@ -60,6 +62,18 @@ pub struct RulesFile {
     /// kind symbol (or `none`, or `default`) → XID codes.
     #[serde(default)]
     pub xid: BTreeMap<String, toml::Value>,
+    /// Regexes, any of which marks a line as an error report: such a line
+    /// that no rule takes goes to the learned tier. A user file's list
+    /// replaces the built-in one.
+    #[serde(default)]
+    pub error_markers: Option<Vec<String>>,
+    /// Regexes, any of which says a line reports something handled (an
+    /// INFO notice, a retry that goes on): never sent to the learned tier.
+    #[serde(default)]
+    pub handled_markers: Option<Vec<String>>,
+    /// Whether the learned tier runs (default: yes).
+    #[serde(default)]
+    pub learned: Option<bool>,
 }
 
 impl RulesFile {
@@ -96,6 +110,9 @@ impl RulesFile {
         prepend.append(&mut self.rules);
         self.rules = prepend;
         self.xid.extend(user.xid);
+        self.error_markers = user.error_markers.or(self.error_markers);
+        self.handled_markers = user.handled_markers.or(self.handled_markers);
+        self.learned = user.learned.or(self.learned);
         self
     }
 }
@@ -108,6 +125,12 @@ pub enum Verdict {
         kind: FailureKind,
         severity: Severity,
         rule: usize,
+    },
+    /// A failure of this kind by the learned tier, with its posterior.
+    Learned {
+        kind: FailureKind,
+        severity: Severity,
+        score_permille: u16,
     },
     /// Nothing wrong.
     Benign,
@@ -123,7 +146,13 @@ pub struct Classified {
     pub gpu: Option<i32>,
     /// The node the line is about, when it names another (`(?P<node>...)`).
     pub node: Option<String>,
+    /// The learned tier's posterior, in thousandths, when it named the
+    /// kind (then `rule` is `learned`).
+    pub score_permille: Option<u16>,
 }
+
+/// The rule name of a learned verdict.
+pub const LEARNED_RULE: &str = "learned";
 
 #[derive(Clone)]
 enum RuleKind {
@@ -152,6 +181,11 @@ pub struct LogRules {
     /// XID code → kind (`None`: benign code).
     xid: BTreeMap<u32, Option<FailureKind>>,
     xid_default: Option<FailureKind>,
+    /// Any error marker (`None`: no learned tier).
+    markers: Option<Regex>,
+    /// Any handled marker.
+    handled: Option<Regex>,
+    learned: Option<Arc<Learned>>,
 }
 
 impl std::fmt::Debug for LogRules {
@@ -266,6 +300,26 @@ impl LogRules {
             .build(&keywords)
             .map_err(|e| RulesError::Parse(format!("keywords: {e}")))?;
         let (xid, xid_default) = xid_table(&file.xid)?;
+        let markers = match (file.learned.unwrap_or(true), &file.error_markers) {
+            (true, Some(markers)) if !markers.is_empty() => {
+                Some(markers_regex(markers).map_err(|reason| RulesError::Rule {
+                    rule: "error_markers".into(),
+                    field: "error_markers",
+                    reason,
+                })?)
+            }
+            _ => None,
+        };
+        let handled = match &file.handled_markers {
+            Some(handled) if !handled.is_empty() => {
+                Some(markers_regex(handled).map_err(|reason| RulesError::Rule {
+                    rule: "handled_markers".into(),
+                    field: "handled_markers",
+                    reason,
+                })?)
+            }
+            _ => None,
+        };
         Ok(LogRules {
             rules,
             prefilter,
@@ -273,6 +327,9 @@ impl LogRules {
             keywords,
             xid,
             xid_default,
+            learned: markers.as_ref().map(|_| Arc::new(Learned::builtin())),
+            markers,
+            handled,
         })
     }
 
@@ -302,7 +359,7 @@ impl LogRules {
             any = true;
         }
         if !any {
-            return Verdict::Benign;
+            return self.learned_verdict(line);
         }
         let candidates = candidates.iter().enumerate().flat_map(|(word, bits)| {
             (0..64)
@@ -333,18 +390,65 @@ impl LogRules {
                 };
             }
         }
-        Verdict::Benign
+        self.learned_verdict(line)
+    }
+
+    /// The learned tier, for a line no rule took: only an error-marked
+    /// line, and only at or above the model's threshold.
+    fn learned_verdict(&self, line: &str) -> Verdict {
+        let Some(learned) = &self.learned else {
+            return Verdict::Benign;
+        };
+        if !self.for_learned(line) {
+            return Verdict::Benign;
+        }
+        match learned.guess(truncate(line)) {
+            Some(guess) => Verdict::Learned {
+                kind: guess.kind,
+                severity: guess.kind.default_severity(),
+                score_permille: guess.score_permille,
+            },
+            None => Verdict::Benign,
+        }
+    }
+
+    /// Whether the learned tier looks at `line` (once no rule took it):
+    /// it carries an error marker and no handled marker.
+    pub fn for_learned(&self, line: &str) -> bool {
+        let line = truncate(line);
+        self.markers.as_ref().is_some_and(|m| m.is_match(line))
+            && !self.handled.as_ref().is_some_and(|h| h.is_match(line))
+    }
+
+    /// The error marker a line carries, if any.
+    pub fn error_marker<'a>(&self, line: &'a str) -> Option<&'a str> {
+        Some(self.markers.as_ref()?.find(truncate(line))?.as_str())
     }
 
     /// Classifies one line; `None` when benign.
     pub fn classify(&self, line: &str) -> Option<Classified> {
-        let Verdict::Failure {
-            kind,
-            severity,
-            rule,
-        } = self.verdict(line)
-        else {
-            return None;
+        let (kind, severity, rule) = match self.verdict(line) {
+            Verdict::Benign => return None,
+            Verdict::Learned {
+                kind,
+                severity,
+                score_permille,
+            } => {
+                return Some(Classified {
+                    kind,
+                    severity,
+                    rule: LEARNED_RULE.into(),
+                    rank: None,
+                    gpu: None,
+                    node: None,
+                    score_permille: Some(score_permille),
+                });
+            }
+            Verdict::Failure {
+                kind,
+                severity,
+                rule,
+            } => (kind, severity, rule),
         };
         let rule = &self.rules[rule];
         let captures = rule.regex.captures(truncate(line));
@@ -360,6 +464,7 @@ impl LogRules {
                 .as_ref()
                 .and_then(|c| c.name("node"))
                 .map(|m| m.as_str().to_string()),
+            score_permille: None,
         })
     }
 }
@@ -384,7 +489,14 @@ impl LogRules {
     pub fn explain(&self, line: &str) -> Option<Explanation> {
         let classified = self.classify(line)?;
         let Verdict::Failure { rule: chosen, .. } = self.verdict(line) else {
-            return None;
+            // Learned: the marker that sent it to the model; no rule took it.
+            return Some(Explanation {
+                keyword: self.error_marker(line).unwrap_or_default().to_string(),
+                matched: String::new(),
+                xid: None,
+                passed_over: Vec::new(),
+                classified,
+            });
         };
         let text = truncate(line);
         let mut keyword = None;
@@ -425,6 +537,26 @@ impl LogRules {
             passed_over,
         })
     }
+}
+
+/// One regex of all markers; each is named in its error.
+fn markers_regex(markers: &[String]) -> Result<Regex, String> {
+    for m in markers {
+        Regex::new(m).map_err(|e| {
+            let e = e
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            format!("{m:?}: {e}")
+        })?;
+    }
+    let joined = markers
+        .iter()
+        .map(|m| format!("(?:{m})"))
+        .collect::<Vec<_>>()
+        .join("|");
+    Regex::new(&joined).map_err(|e| e.to_string())
 }
 
 fn truncate(line: &str) -> &str {
