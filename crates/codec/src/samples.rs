@@ -372,5 +372,7 @@ pub fn round(full: bool) -> unicron_core::DetectorRound {
         }],
         warm: true,
         read_ms: 1_767_225_601_250,
+        rules_version: "9a3f0c1d2e4b5a60".into(),
+        rules: Some("[[rule]]\nname = \"site.fan\"\n".into()),
     }
 }

@@ -185,6 +185,8 @@ pub struct LogRules {
     markers: Option<Regex>,
     /// Any handled marker.
     handled: Option<Regex>,
+    /// What the rules are: built-ins, model and site file together.
+    version: String,
     learned: Option<Arc<Learned>>,
 }
 
@@ -206,14 +208,22 @@ pub const MAX_RULES: usize = 256;
 impl LogRules {
     /// The built-in rules.
     pub fn builtin() -> LogRules {
-        LogRules::compile(RulesFile::parse(BUILTIN_RULES).expect("built-in rules parse"))
-            .expect("built-in rules compile")
+        LogRules::with_user("").expect("built-in rules compile")
     }
 
     /// The built-in rules with a user file layered on top.
     pub fn with_user(user_toml: &str) -> Result<LogRules, RulesError> {
         let builtin = RulesFile::parse(BUILTIN_RULES).expect("built-in rules parse");
-        LogRules::compile(builtin.overlay(RulesFile::parse(user_toml)?))
+        let mut rules = LogRules::compile(builtin.overlay(RulesFile::parse(user_toml)?))?;
+        rules.version = version_of(user_toml);
+        Ok(rules)
+    }
+
+    /// What these rules are, as 16 hex digits: the same built-in rules,
+    /// learned model and site file give the same version (recorded in each
+    /// detector round, so replay can tell it applies the same rules).
+    pub fn version(&self) -> &str {
+        &self.version
     }
 
     /// Compiles a rules file.
@@ -330,6 +340,7 @@ impl LogRules {
             learned: markers.as_ref().map(|_| Arc::new(Learned::builtin())),
             markers,
             handled,
+            version: String::new(),
         })
     }
 
@@ -537,6 +548,18 @@ impl LogRules {
             passed_over,
         })
     }
+}
+
+/// FNV-1a over the built-in rules, the learned model and `user`.
+fn version_of(user: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [BUILTIN_RULES, super::learned::BUILTIN_MODEL, user] {
+        for byte in part.bytes().chain([0xff]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{hash:016x}")
 }
 
 /// One regex of all markers; each is named in its error.

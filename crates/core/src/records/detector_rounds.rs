@@ -47,6 +47,15 @@ pub struct DetectorRound {
     /// 0 in rounds written before it was recorded: no settling.
     #[serde(default)]
     pub read_ms: i64,
+    /// The version of the log rules the round was applied with
+    /// ([`crate::detector::LogRules::version`]); empty in older rounds.
+    #[serde(default)]
+    pub rules_version: String,
+    /// The site's rules file text (empty: built-ins only), in an instance's
+    /// first round and in the round after it changed: the detector switches
+    /// to them before applying the round, so replay does too.
+    #[serde(default)]
+    pub rules: Option<String>,
 }
 
 /// A topic's partition.
