@@ -74,6 +74,10 @@ pub enum Command {
         /// the Xid code, and the rules tried before it (nothing for a benign line).
         #[arg(long)]
         explain: bool,
+        /// Instead: group the error-marked lines no rule takes by template and print one
+        /// JSON object per template, most frequent first (docs/detector.md).
+        #[arg(long, conflicts_with = "explain")]
+        templates: bool,
     },
     /// Learn the detector's second tier from a corpus of labelled lines
     /// (`kind<TAB>source<TAB>line`) and write the model (docs/detector.md).
@@ -162,7 +166,11 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
             duration,
             summary_json,
         } => crate::services::sim(&config, duration, summary_json).await,
-        Command::Classify { rules, explain } => crate::classify::run(&config, rules, explain),
+        Command::Classify {
+            rules,
+            explain,
+            templates,
+        } => crate::classify::run(&config, rules, explain, templates),
         Command::TrainClassifier { corpus, out } => crate::classify::train(&corpus, &out),
         Command::Replay(args) => crate::replay::run(&config, config_given, args),
         #[cfg(feature = "simulator")]

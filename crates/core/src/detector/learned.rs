@@ -55,8 +55,10 @@ pub struct Learned {
     /// `None` for `benign`.
     classes: Vec<Option<FailureKind>>,
     log_prior: Vec<f64>,
-    /// Feature → per class, log P(a line of the class holds it).
-    likelihood: BTreeMap<String, Vec<f64>>,
+    /// Feature hash → its row in `rows`, sorted by hash.
+    index: Vec<(u64, usize)>,
+    /// Per feature, per class: log P(a line of the class holds it).
+    rows: Vec<f64>,
     threshold: f64,
 }
 
@@ -71,23 +73,88 @@ pub struct Guess {
 /// masked to `#`, so numbers, addresses and ids are one token) and each
 /// pair of neighbouring words, each once.
 pub fn features(line: &str) -> BTreeSet<String> {
-    let line = &line[..floor_char_boundary(line, MAX_BYTES)];
-    let words: Vec<String> = line
-        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            if w.chars().any(|c| c.is_ascii_digit()) {
-                "#".to_string()
-            } else {
-                w.to_lowercase()
-            }
-        })
-        .collect();
-    let mut out: BTreeSet<String> = words.iter().filter(|w| w.len() > 1).cloned().collect();
-    for pair in words.windows(2) {
-        out.insert(format!("{} {}", pair[0], pair[1]));
-    }
+    let words = Words::of(line);
+    let mut out = BTreeSet::new();
+    words.each_feature(|parts| {
+        out.insert(parts.join(" "));
+    });
     out
+}
+
+/// The hashes ([`feature_hash`]) of [`features`], sorted, each once: what
+/// scoring looks up, with one allocation of the line's words instead of a
+/// string per feature.
+pub fn feature_hashes(line: &str) -> Vec<u64> {
+    let words = Words::of(line);
+    let mut out = Vec::with_capacity(2 * words.spans.len());
+    words.each_feature(|parts| out.push(hash_parts(parts)));
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// FNV-1a of a feature's text.
+pub fn feature_hash(feature: &str) -> u64 {
+    hash_parts(&[feature])
+}
+
+fn hash_parts(parts: &[&str]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (i, part) in parts.iter().enumerate() {
+        let space = (i > 0).then_some(b' ');
+        for byte in space.into_iter().chain(part.bytes()) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// A line's words, lower-cased and masked, in one buffer.
+struct Words {
+    text: String,
+    spans: Vec<(usize, usize)>,
+}
+
+impl Words {
+    fn of(line: &str) -> Words {
+        let line = &line[..floor_char_boundary(line, MAX_BYTES)];
+        let mut text = String::with_capacity(line.len());
+        let mut spans = Vec::new();
+        for w in line
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+        {
+            let start = text.len();
+            if w.bytes().any(|b| b.is_ascii_digit()) {
+                text.push('#');
+            } else if w.is_ascii() {
+                text.extend(w.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+            } else {
+                text.push_str(&w.to_lowercase());
+            }
+            spans.push((start, text.len()));
+        }
+        Words { text, spans }
+    }
+
+    fn word(&self, i: usize) -> &str {
+        let (a, b) = self.spans[i];
+        &self.text[a..b]
+    }
+
+    /// Each word longer than one byte, then each pair of neighbours.
+    fn each_feature(&self, mut f: impl FnMut(&[&str])) {
+        for i in 0..self.spans.len() {
+            let w = self.word(i);
+            if w.len() > 1 {
+                f(&[w]);
+            }
+        }
+        for i in 1..self.spans.len() {
+            f(&[self.word(i - 1), self.word(i)]);
+        }
+    }
 }
 
 fn floor_char_boundary(s: &str, at: usize) -> usize {
@@ -185,20 +252,28 @@ impl Learned {
             .iter()
             .map(|&c| totals[c] + ALPHA * vocabulary)
             .collect();
-        let mut likelihood = BTreeMap::new();
+        let k = kept.len();
+        let mut index = Vec::with_capacity(file.features.len());
+        let mut rows = Vec::with_capacity(file.features.len() * k);
         for (feature, by) in &file.features {
-            let mut row: Vec<f64> = denominator.iter().map(|d| (ALPHA / d).ln()).collect();
+            index.push((feature_hash(feature), index.len()));
+            let row = rows.len();
+            rows.extend(denominator.iter().map(|d| (ALPHA / d).ln()));
             for &(c, count) in by {
-                if let Some(k) = kept.iter().position(|&kc| kc == usize::from(c)) {
-                    row[k] = ((f64::from(count) + ALPHA) / denominator[k]).ln();
+                if let Some(j) = kept.iter().position(|&kc| kc == usize::from(c)) {
+                    rows[row + j] = ((f64::from(count) + ALPHA) / denominator[j]).ln();
                 }
             }
-            likelihood.insert(feature.clone(), row);
+        }
+        index.sort_unstable();
+        if index.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(ModelError::Invalid("two features share a hash".into()));
         }
         Ok(Learned {
             classes: kept.iter().map(|&c| classes[c]).collect(),
             log_prior,
-            likelihood,
+            index,
+            rows,
             threshold: f64::from(file.threshold_permille) / 1000.0,
         })
     }
@@ -206,10 +281,13 @@ impl Learned {
     /// The most likely class of `line` and its posterior.
     pub fn score(&self, line: &str) -> (Option<FailureKind>, f64) {
         let mut joint = self.log_prior.clone();
+        let k = joint.len();
         let mut known = 0u32;
-        for f in features(line) {
-            if let Some(row) = self.likelihood.get(&f) {
+        // Sorted hashes: summed in the same order on every machine.
+        for f in feature_hashes(line) {
+            if let Ok(at) = self.index.binary_search_by_key(&f, |&(h, _)| h) {
                 known += 1;
+                let row = &self.rows[self.index[at].1 * k..][..k];
                 for (j, l) in joint.iter_mut().zip(row) {
                     *j += l;
                 }

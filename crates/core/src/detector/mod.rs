@@ -17,11 +17,13 @@ mod clock;
 pub mod config;
 pub mod correlate;
 pub mod learned;
+pub mod markers;
 pub mod metric_rules;
 mod observe;
 pub mod progress;
 mod round;
 pub mod rules;
+pub mod templates;
 mod timers;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -14,11 +14,17 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;
 use serde::Deserialize;
 
+mod explain;
+mod tier;
+
+pub use explain::Explanation;
+
 use super::learned::Learned;
+use super::markers::{self, ErrorMarkers};
 use crate::taxonomy::{FailureKind, Severity};
 
 /// The built-in rules, compiled into the binary.
-pub const BUILTIN_RULES: &str = include_str!("../../rules/log_rules.toml");
+pub const BUILTIN_RULES: &str = include_str!("../../../rules/log_rules.toml");
 
 /// A rule file that cannot be used, naming the rule and field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,9 +68,10 @@ pub struct RulesFile {
     /// kind symbol (or `none`, or `default`) → XID codes.
     #[serde(default)]
     pub xid: BTreeMap<String, toml::Value>,
-    /// Regexes, any of which marks a line as an error report: such a line
-    /// that no rule takes goes to the learned tier. A user file's list
-    /// replaces the built-in one.
+    /// Words and phrases (case-insensitive, whole words), any of which
+    /// marks a line as an error report, as does a glog `E`/`F` level: such
+    /// a line that no rule takes goes to the learned tier. A user file's
+    /// list replaces the built-in one.
     #[serde(default)]
     pub error_markers: Option<Vec<String>>,
     /// Regexes, any of which says a line reports something handled (an
@@ -182,7 +189,7 @@ pub struct LogRules {
     xid: BTreeMap<u32, Option<FailureKind>>,
     xid_default: Option<FailureKind>,
     /// Any error marker (`None`: no learned tier).
-    markers: Option<Regex>,
+    markers: Option<ErrorMarkers>,
     /// Any handled marker.
     handled: Option<Regex>,
     /// What the rules are: built-ins, model and site file together.
@@ -311,18 +318,18 @@ impl LogRules {
             .map_err(|e| RulesError::Parse(format!("keywords: {e}")))?;
         let (xid, xid_default) = xid_table(&file.xid)?;
         let markers = match (file.learned.unwrap_or(true), &file.error_markers) {
-            (true, Some(markers)) if !markers.is_empty() => {
-                Some(markers_regex(markers).map_err(|reason| RulesError::Rule {
+            (true, Some(markers)) if !markers.is_empty() => Some(
+                ErrorMarkers::new(markers).map_err(|reason| RulesError::Rule {
                     rule: "error_markers".into(),
                     field: "error_markers",
                     reason,
-                })?)
-            }
+                })?,
+            ),
             _ => None,
         };
         let handled = match &file.handled_markers {
             Some(handled) if !handled.is_empty() => {
-                Some(markers_regex(handled).map_err(|reason| RulesError::Rule {
+                Some(markers::any_of(handled).map_err(|reason| RulesError::Rule {
                     rule: "handled_markers".into(),
                     field: "handled_markers",
                     reason,
@@ -404,38 +411,6 @@ impl LogRules {
         self.learned_verdict(line)
     }
 
-    /// The learned tier, for a line no rule took: only an error-marked
-    /// line, and only at or above the model's threshold.
-    fn learned_verdict(&self, line: &str) -> Verdict {
-        let Some(learned) = &self.learned else {
-            return Verdict::Benign;
-        };
-        if !self.for_learned(line) {
-            return Verdict::Benign;
-        }
-        match learned.guess(truncate(line)) {
-            Some(guess) => Verdict::Learned {
-                kind: guess.kind,
-                severity: guess.kind.default_severity(),
-                score_permille: guess.score_permille,
-            },
-            None => Verdict::Benign,
-        }
-    }
-
-    /// Whether the learned tier looks at `line` (once no rule took it):
-    /// it carries an error marker and no handled marker.
-    pub fn for_learned(&self, line: &str) -> bool {
-        let line = truncate(line);
-        self.markers.as_ref().is_some_and(|m| m.is_match(line))
-            && !self.handled.as_ref().is_some_and(|h| h.is_match(line))
-    }
-
-    /// The error marker a line carries, if any.
-    pub fn error_marker<'a>(&self, line: &'a str) -> Option<&'a str> {
-        Some(self.markers.as_ref()?.find(truncate(line))?.as_str())
-    }
-
     /// Classifies one line; `None` when benign.
     pub fn classify(&self, line: &str) -> Option<Classified> {
         let (kind, severity, rule) = match self.verdict(line) {
@@ -480,76 +455,6 @@ impl LogRules {
     }
 }
 
-/// Why a line was classified as it was: the rule, the keyword that let the
-/// rule be tried, the text its pattern matched and, for an Xid, the code.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Explanation {
-    pub classified: Classified,
-    pub keyword: String,
-    pub matched: String,
-    pub xid: Option<u32>,
-    /// Rules tried first (their keyword was in the line) that did not take
-    /// it, each with why: `pattern did not match`, `excluded by unless`, or
-    /// an Xid code that maps to no failure.
-    pub passed_over: Vec<(String, &'static str)>,
-}
-
-impl LogRules {
-    /// What [`LogRules::classify`] decided and why; `None` for a line no
-    /// rule takes (there is nothing to explain).
-    pub fn explain(&self, line: &str) -> Option<Explanation> {
-        let classified = self.classify(line)?;
-        let Verdict::Failure { rule: chosen, .. } = self.verdict(line) else {
-            // Learned: the marker that sent it to the model; no rule took it.
-            return Some(Explanation {
-                keyword: self.error_marker(line).unwrap_or_default().to_string(),
-                matched: String::new(),
-                xid: None,
-                passed_over: Vec::new(),
-                classified,
-            });
-        };
-        let text = truncate(line);
-        let mut keyword = None;
-        let mut tried = std::collections::BTreeSet::new();
-        for m in self.prefilter.find_overlapping_iter(text) {
-            let rule = self.keyword_rule[m.pattern().as_usize()];
-            tried.insert(rule);
-            if rule == chosen && keyword.is_none() {
-                keyword = Some(self.keywords[m.pattern().as_usize()].clone());
-            }
-        }
-        let passed_over = tried
-            .into_iter()
-            .take_while(|&index| index < chosen)
-            .map(|index| {
-                let rule = &self.rules[index];
-                let why = if !rule.regex.is_match(text) {
-                    "pattern did not match"
-                } else if rule.unless.as_ref().is_some_and(|u| u.is_match(text)) {
-                    "excluded by unless"
-                } else {
-                    "its Xid code maps to no failure"
-                };
-                (rule.name.clone(), why)
-            })
-            .collect();
-        let rule = &self.rules[chosen];
-        let captures = rule.regex.captures(text)?;
-        let xid = match rule.kind {
-            RuleKind::Xid => captures.name("xid").and_then(|m| m.as_str().parse().ok()),
-            RuleKind::Fixed(_) => None,
-        };
-        Some(Explanation {
-            classified,
-            keyword: keyword.unwrap_or_default(),
-            matched: captures.get(0).map_or("", |m| m.as_str()).to_string(),
-            xid,
-            passed_over,
-        })
-    }
-}
-
 /// FNV-1a over the built-in rules, the learned model and `user`.
 fn version_of(user: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -560,26 +465,6 @@ fn version_of(user: &str) -> String {
         }
     }
     format!("{hash:016x}")
-}
-
-/// One regex of all markers; each is named in its error.
-fn markers_regex(markers: &[String]) -> Result<Regex, String> {
-    for m in markers {
-        Regex::new(m).map_err(|e| {
-            let e = e
-                .to_string()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ");
-            format!("{m:?}: {e}")
-        })?;
-    }
-    let joined = markers
-        .iter()
-        .map(|m| format!("(?:{m})"))
-        .collect::<Vec<_>>()
-        .join("|");
-    Regex::new(&joined).map_err(|e| e.to_string())
 }
 
 fn truncate(line: &str) -> &str {
