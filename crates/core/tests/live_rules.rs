@@ -136,3 +136,46 @@ fn a_rules_file_that_does_not_compile_keeps_the_rules_in_use() {
     assert_eq!(round.rules_version, version);
     assert_eq!(found.len(), 1, "the site rule still applies: {found:?}");
 }
+
+/// An error line no rule names is surfaced: the detector groups it by
+/// template for the round, and the status view folds rounds into its list
+/// of unclassified errors, newest first.
+#[test]
+fn error_lines_no_rule_names_are_grouped_for_the_status_page() {
+    let mut d = detector();
+    let line = |offset: i64, node: &str, text: &str| {
+        let mut r = record(offset, node);
+        if let Observation::Log(log) = &mut r.observation {
+            log.line = text.into();
+        }
+        r
+    };
+    let mut rounds = Vec::new();
+    for (offset, node, text) in [
+        (0, "n1", "bmc: psu 2 failed to respond"),
+        (1, "n2", "bmc: psu 7 failed to respond"),
+        (2, "n1", "bmc: all psus fine"),
+    ] {
+        let (mut round, _) = live_round(&mut d, offset, None, &line(offset, node, text));
+        round.unclassified = d.take_unclassified();
+        rounds.push(round);
+    }
+    assert_eq!(rounds[0].unclassified.len(), 1);
+    let first = &rounds[0].unclassified[0];
+    assert_eq!(
+        (first.cluster.as_str(), first.template.as_str(), first.count),
+        ("c1", "bmc: psu <*> failed to respond", 1)
+    );
+    assert!(rounds[2].unclassified.is_empty(), "no error marker: benign");
+
+    let mut view = unicron_core::status::StatusView::new(Default::default());
+    for round in &rounds {
+        view.apply_round(round);
+    }
+    let listed = view.unclassified(Some("c1"), 10);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].count, 2);
+    assert_eq!(listed[0].nodes, ["n1", "n2"]);
+    assert_eq!((listed[0].first_ms, listed[0].last_ms), (T0, T0 + 1000));
+    assert!(view.unclassified(Some("c2"), 10).is_empty());
+}

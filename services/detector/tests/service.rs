@@ -829,6 +829,8 @@ async fn a_changed_rules_file_applies_to_the_lines_after_it_and_a_bad_one_is_ref
     let rounds = h.reader("detector-rounds", "t-rounds");
     let t = now_ms();
     h.log("n1", t, LINE).await;
+    // An error no rule names: no failure, surfaced in the round instead.
+    h.log("n1", t, "bmc: psu 2 failed to respond").await;
     progress(&h).committed_all_of(&["unicron.logs"], WAIT).await;
     assert_eq!(progress(&h).written(&h.kafka.topic("failures")), 0);
 
@@ -873,6 +875,13 @@ async fn a_changed_rules_file_applies_to_the_lines_after_it_and_a_bad_one_is_ref
         carried[0].rules.as_deref(),
         Some(""),
         "the first round carries the file"
+    );
+    assert!(
+        carried
+            .iter()
+            .flat_map(|r| &r.unclassified)
+            .any(|u| u.template == "bmc: psu <*> failed to respond" && u.nodes == ["n1"]),
+        "{carried:#?}"
     );
     let switched = carried.last().unwrap();
     assert_eq!(switched.rules_version, site_version);

@@ -1,7 +1,8 @@
 //! Error markers: what makes a line no rule takes an error report (for the
 //! learned tier and the unclassified-error templates). Literal words and
 //! phrases, matched case-insensitively as whole words by one Aho-Corasick
-//! pass, plus a glog `E`/`F` level at the start of the line: every line no
+//! pass, plus a glog `E`/`F` level at the start of the line and a non-zero
+//! exit code or status (`exited with code 137`; code 0 is no error): every line no
 //! rule takes is looked at, so this must cost about what the rules'
 //! prefilter does (a regex alternation of the same words, case-insensitive,
 //! more than halved the detector's lines/s).
@@ -12,8 +13,10 @@ use regex::Regex;
 /// Literal error markers, compiled.
 #[derive(Debug, Clone)]
 pub struct ErrorMarkers {
+    /// The literals, then `exit` (confirmed by `nonzero_exit`).
     words: AhoCorasick,
     literals: Vec<String>,
+    nonzero_exit: Regex,
 }
 
 impl ErrorMarkers {
@@ -24,11 +27,15 @@ impl ErrorMarkers {
         let words = AhoCorasickBuilder::new()
             .ascii_case_insensitive(true)
             .match_kind(MatchKind::Standard)
-            .build(literals)
+            .build(literals.iter().map(String::as_str).chain(["exit"]))
             .map_err(|e| e.to_string())?;
         Ok(ErrorMarkers {
             words,
             literals: literals.to_vec(),
+            nonzero_exit: Regex::new(
+                r"(?i)(?-u:\b)exit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]*-?[1-9]",
+            )
+            .expect("a valid regex"),
         })
     }
 
@@ -38,14 +45,19 @@ impl ErrorMarkers {
             return Some("glog level E/F");
         }
         let bytes = line.as_bytes();
-        self.words
-            .find_overlapping_iter(line)
-            .find(|m| {
-                let before = m.start().checked_sub(1).map(|i| bytes[i]);
-                let after = bytes.get(m.end()).copied();
-                !before.is_some_and(is_word) && !after.is_some_and(is_word)
-            })
-            .map(|m| self.literals[m.pattern().as_usize()].as_str())
+        let mut exit = false;
+        for m in self.words.find_overlapping_iter(line) {
+            let Some(literal) = self.literals.get(m.pattern().as_usize()) else {
+                exit = true; // `exit`, a word or a prefix (`exited`)
+                continue;
+            };
+            let before = m.start().checked_sub(1).map(|i| bytes[i]);
+            let after = bytes.get(m.end()).copied();
+            if !before.is_some_and(is_word) && !after.is_some_and(is_word) {
+                return Some(literal);
+            }
+        }
+        (exit && self.nonzero_exit.is_match(line)).then_some("non-zero exit")
     }
 }
 
@@ -97,6 +109,12 @@ mod tests {
             Some("glog level E/F")
         );
         assert_eq!(m.find("I1205 12:00:00.1 worker.cc:3] fine"), None);
+        assert_eq!(
+            m.find("worker exited with exit code 137"),
+            Some("non-zero exit")
+        );
+        assert_eq!(m.find("Process 4412 exited with code 0"), None);
+        assert_eq!(m.find("Exit status: -9"), Some("non-zero exit"));
         assert!(ErrorMarkers::new(&[" ".into()]).is_err());
     }
 }

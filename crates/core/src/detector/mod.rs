@@ -145,6 +145,8 @@ struct ClusterView {
     job_nodes: BTreeMap<String, BTreeSet<String>>,
     correlator: Correlator,
     metrics: MetricState,
+    /// This round's unclassified error lines ([`Detector::take_unclassified`]).
+    unclassified: templates::RoundTemplates,
 }
 
 /// The detector of every cluster it has seen.

@@ -109,6 +109,25 @@ impl Detector {
     }
 }
 
+impl Detector {
+    /// The error-marked log lines no rule took since the last call, by
+    /// cluster and template: the service puts them in the round it
+    /// records (replay calls it too, so its state matches).
+    pub fn take_unclassified(&mut self) -> Vec<crate::records::UnclassifiedTemplate> {
+        let mut out = Vec::new();
+        for (cluster, view) in &mut self.clusters {
+            out.extend(
+                view.unclassified
+                    .0
+                    .drain()
+                    .iter()
+                    .map(|t| t.to_record(cluster)),
+            );
+        }
+        out
+    }
+}
+
 /// The order inputs of one round are applied in.
 fn canonical(input: &DetectorInput) -> (i64, &str, i32, i64, u32) {
     let s = &input.source;

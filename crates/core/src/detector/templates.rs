@@ -18,6 +18,9 @@ const EXAMPLE_BYTES: usize = 512;
 /// Nodes and jobs named per template at most (the counts go on).
 const NAMED: usize = 8;
 
+/// Templates a detector keeps per cluster and round.
+pub const PER_ROUND: usize = 32;
+
 /// What stands for a masked token.
 pub const MASK: &str = "<*>";
 
@@ -71,8 +74,60 @@ pub struct Sighting<'a> {
     pub learned: Option<(FailureKind, u16)>,
 }
 
+/// A cluster's templates of one round: at most [`PER_ROUND`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundTemplates(pub Templates);
+
+impl Default for RoundTemplates {
+    fn default() -> RoundTemplates {
+        RoundTemplates(Templates::new(PER_ROUND))
+    }
+}
+
+impl Template {
+    /// As a round records it.
+    pub fn to_record(&self, cluster: &str) -> crate::records::UnclassifiedTemplate {
+        crate::records::UnclassifiedTemplate {
+            cluster: cluster.to_string(),
+            template: self.template.clone(),
+            count: self.count as i64,
+            first_ms: self.first_ms,
+            last_ms: self.last_ms,
+            nodes: self.nodes.iter().cloned().collect(),
+            jobs: self.jobs.iter().cloned().collect(),
+            example: self.example.clone(),
+            learned: self.learned.map(|(kind, _)| kind.symbol().to_string()),
+            score_permille: self.learned.map_or(0, |(_, s)| i32::from(s)),
+        }
+    }
+
+    /// From a round's record (an unknown kind symbol is dropped).
+    pub fn from_record(r: &crate::records::UnclassifiedTemplate) -> Template {
+        Template {
+            template: r.template.clone(),
+            count: r.count.max(0) as u64,
+            first_ms: r.first_ms,
+            last_ms: r.last_ms,
+            node_count: r.nodes.len() as u64,
+            nodes: r.nodes.iter().take(NAMED).cloned().collect(),
+            jobs: r.jobs.iter().take(NAMED).cloned().collect(),
+            example: cut(&r.example, EXAMPLE_BYTES).to_string(),
+            learned: r
+                .learned
+                .as_deref()
+                .and_then(|k| k.parse().ok())
+                .map(|kind| {
+                    (
+                        kind,
+                        u16::try_from(r.score_permille.clamp(0, 1000)).unwrap_or(0),
+                    )
+                }),
+        }
+    }
+}
+
 /// Templates by their text, bounded.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Templates {
     max: usize,
     by_text: BTreeMap<String, Template>,
@@ -89,6 +144,42 @@ impl Templates {
         }
     }
 
+    /// Takes every template out, by text, and starts again.
+    pub fn drain(&mut self) -> Vec<Template> {
+        self.evicted = 0;
+        std::mem::take(&mut self.by_text).into_values().collect()
+    }
+
+    /// Counts a template already counted elsewhere (a round's, folded
+    /// into a longer view): its count, times, nodes and jobs.
+    pub fn merge(&mut self, other: &Template) {
+        let mut nodes = other.nodes.iter();
+        let first = nodes.next().map_or("-", String::as_str);
+        self.add_as(
+            other.template.clone(),
+            Sighting {
+                line: &other.example,
+                node: first,
+                job: other.jobs.iter().next().map(String::as_str),
+                time_ms: other.first_ms,
+                learned: other.learned,
+            },
+        );
+        let Some(entry) = self.by_text.get_mut(&other.template) else {
+            return;
+        };
+        entry.count += other.count.saturating_sub(1);
+        entry.last_ms = entry.last_ms.max(other.last_ms);
+        for node in nodes {
+            if entry.nodes.insert(node.clone()) {
+                entry.node_count += 1;
+            }
+        }
+        entry.nodes = entry.nodes.iter().take(NAMED).cloned().collect();
+        entry.jobs.extend(other.jobs.iter().cloned());
+        entry.jobs = entry.jobs.iter().take(NAMED).cloned().collect();
+    }
+
     pub fn len(&self) -> usize {
         self.by_text.len()
     }
@@ -99,7 +190,10 @@ impl Templates {
 
     /// Counts one line under its template.
     pub fn add(&mut self, seen: Sighting<'_>) {
-        let text = template_of(seen.line);
+        self.add_as(template_of(seen.line), seen);
+    }
+
+    fn add_as(&mut self, text: String, seen: Sighting<'_>) {
         if !self.by_text.contains_key(&text) && self.by_text.len() >= self.max {
             // The least seen, then the longest unseen, then by text: the
             // same inputs push out the same template.

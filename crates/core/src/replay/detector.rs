@@ -164,8 +164,9 @@ pub fn replay_rounds(
                 out.incomplete_instances += 1;
                 break;
             };
-            let derived: Vec<FailureEvent> = d
-                .apply_round(round, inputs)
+            let outputs = d.apply_round(round, inputs);
+            let _ = d.take_unclassified(); // derived, as the live service does
+            let derived: Vec<FailureEvent> = outputs
                 .into_iter()
                 .filter_map(|o| match o.output {
                     DetectorOutput::Failure(f) => Some(f),

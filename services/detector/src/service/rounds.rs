@@ -60,6 +60,8 @@ impl DetectorProcessor {
         self.detector.hold_silence_timers(true);
         let outputs = self.detector.apply_round(&round, inputs);
         round.rules_version = self.detector.rules().version().to_string();
+        // Old lines read again: surfaced when they were first read.
+        let _ = self.detector.take_unclassified();
         debug_assert!(outputs.is_empty(), "a warm-up round publishes nothing");
         self.detector
             .hold_silence_timers(self.outage.held() || self.guard.held());
@@ -102,12 +104,14 @@ impl DetectorProcessor {
             read_ms: wall_ms(),
             rules: pending.rules.take(),
             rules_version: String::new(),
+            unclassified: Vec::new(),
         };
         pending.seq += 1;
         let records = std::mem::take(&mut pending.records);
         let inputs = std::mem::take(&mut pending.inputs);
         let outputs = self.detector.apply_round(&round, inputs);
         round.rules_version = self.detector.rules().version().to_string();
+        round.unclassified = self.detector.take_unclassified();
         let mut failures = Vec::new();
         let mut rejected: BTreeMap<(String, i32, i64), Vec<String>> = BTreeMap::new();
         for out in outputs {

@@ -139,8 +139,29 @@ pub enum Verdict {
         severity: Severity,
         score_permille: u16,
     },
+    /// An error report no rule takes and the learned tier does not name
+    /// (below its threshold, or the tier is off): no failure, but an
+    /// unclassified error to surface.
+    Unnamed,
     /// Nothing wrong.
     Benign,
+}
+
+impl Verdict {
+    /// For a line no rule took that carries an error marker: what the
+    /// learned tier named, if anything; `None` for a rule's line or a
+    /// benign one.
+    pub fn unclassified(self) -> Option<Option<(FailureKind, u16)>> {
+        match self {
+            Verdict::Learned {
+                kind,
+                score_permille,
+                ..
+            } => Some(Some((kind, score_permille))),
+            Verdict::Unnamed => Some(None),
+            Verdict::Failure { .. } | Verdict::Benign => None,
+        }
+    }
 }
 
 /// A classified line with what the rule captured.
@@ -317,14 +338,14 @@ impl LogRules {
             .build(&keywords)
             .map_err(|e| RulesError::Parse(format!("keywords: {e}")))?;
         let (xid, xid_default) = xid_table(&file.xid)?;
-        let markers = match (file.learned.unwrap_or(true), &file.error_markers) {
-            (true, Some(markers)) if !markers.is_empty() => Some(
-                ErrorMarkers::new(markers).map_err(|reason| RulesError::Rule {
+        let markers = match &file.error_markers {
+            Some(markers) if !markers.is_empty() => Some(ErrorMarkers::new(markers).map_err(
+                |reason| RulesError::Rule {
                     rule: "error_markers".into(),
                     field: "error_markers",
                     reason,
-                })?,
-            ),
+                },
+            )?),
             _ => None,
         };
         let handled = match &file.handled_markers {
@@ -344,7 +365,10 @@ impl LogRules {
             keywords,
             xid,
             xid_default,
-            learned: markers.as_ref().map(|_| Arc::new(Learned::builtin())),
+            learned: file
+                .learned
+                .unwrap_or(true)
+                .then(|| Arc::new(Learned::builtin())),
             markers,
             handled,
             version: String::new(),
@@ -413,8 +437,14 @@ impl LogRules {
 
     /// Classifies one line; `None` when benign.
     pub fn classify(&self, line: &str) -> Option<Classified> {
-        let (kind, severity, rule) = match self.verdict(line) {
-            Verdict::Benign => return None,
+        self.classify_verdict(line, self.verdict(line))
+    }
+
+    /// [`LogRules::classify`] of a line whose [`LogRules::verdict`] the
+    /// caller already has.
+    pub fn classify_verdict(&self, line: &str, verdict: Verdict) -> Option<Classified> {
+        let (kind, severity, rule) = match verdict {
+            Verdict::Benign | Verdict::Unnamed => return None,
             Verdict::Learned {
                 kind,
                 severity,

@@ -5,21 +5,22 @@ use super::{FailureKind, LogRules, Verdict, truncate};
 
 impl LogRules {
     /// The learned tier, for a line no rule took: only an error-marked
-    /// line, and only at or above the model's threshold.
+    /// line, and only at or above the model's threshold; an error-marked
+    /// line it does not name is [`Verdict::Unnamed`].
     pub(super) fn learned_verdict(&self, line: &str) -> Verdict {
-        let Some(learned) = &self.learned else {
-            return Verdict::Benign;
-        };
         if !self.for_learned(line) {
             return Verdict::Benign;
         }
+        let Some(learned) = &self.learned else {
+            return Verdict::Unnamed;
+        };
         match learned.guess(truncate(line)) {
             Some(guess) => Verdict::Learned {
                 kind: guess.kind,
                 severity: guess.kind.default_severity(),
                 score_permille: guess.score_permille,
             },
-            None => Verdict::Benign,
+            None => Verdict::Unnamed,
         }
     }
 
@@ -36,15 +37,7 @@ impl LogRules {
     /// An unclassified error: a line no rule takes that the learned tier
     /// looks at; with what the tier named, if anything.
     pub fn unclassified_error(&self, line: &str) -> Option<Option<(FailureKind, u16)>> {
-        match self.verdict(line) {
-            Verdict::Failure { .. } => None,
-            Verdict::Learned {
-                kind,
-                score_permille,
-                ..
-            } => Some(Some((kind, score_permille))),
-            Verdict::Benign => self.for_learned(line).then_some(None),
-        }
+        self.verdict(line).unclassified()
     }
 
     /// The error marker a line carries, if any.
