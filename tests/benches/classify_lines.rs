@@ -54,7 +54,7 @@ fn main() {
     ] {
         for (tier, rules) in [
             ("rules and learned tier", &with_tier),
-            ("rules only", &rules_only),
+            ("markers, tier off", &rules_only),
         ] {
             let mut best = f64::MAX;
             let mut failing = 0;
