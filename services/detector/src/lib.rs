@@ -15,7 +15,6 @@ mod discovery;
 mod error;
 mod holds;
 pub mod metrics;
-mod rules_watch;
 mod service;
 mod settings;
 mod warm_up;

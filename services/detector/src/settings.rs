@@ -11,8 +11,6 @@ use crate::error::DetectorError;
 pub struct DetectorService {
     pub(crate) settings: DetectorSettings,
     pub(crate) rules: LogRules,
-    /// `rules_file`'s text the rules were compiled from (empty: none).
-    pub(crate) rules_text: String,
 }
 
 impl DetectorService {
@@ -100,29 +98,23 @@ impl Default for DetectorSettings {
 impl DetectorSettings {
     /// The compiled rules: built-ins plus `rules_file`.
     pub fn rules(&self) -> Result<LogRules, DetectorError> {
-        Ok(self.rules_and_text()?.0)
-    }
-
-    fn rules_and_text(&self) -> Result<(LogRules, String), DetectorError> {
         let Some(path) = &self.rules_file else {
-            return Ok((LogRules::builtin(), String::new()));
+            return Ok(LogRules::builtin());
         };
-        let bad = |e: &dyn std::fmt::Display| {
+        let text = std::fs::read_to_string(path).map_err(|e| {
             DetectorError::Config(format!("detector.rules_file: {}: {e}", path.display()))
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
-        let rules = LogRules::with_user(&text).map_err(|e| bad(&e))?;
-        Ok((rules, text))
+        })?;
+        LogRules::with_user(&text).map_err(|e| {
+            DetectorError::Config(format!("detector.rules_file: {}: {e}", path.display()))
+        })
     }
 
     /// The settings checked once and built into what the detector runs
     /// with: the log rules compiled.
     pub fn build(&self) -> Result<DetectorService, DetectorError> {
         self.validate()?;
-        let (rules, rules_text) = self.rules_and_text()?;
         Ok(DetectorService {
-            rules,
-            rules_text,
+            rules: self.rules()?,
             settings: self.clone(),
         })
     }

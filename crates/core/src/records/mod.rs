@@ -25,9 +25,7 @@ pub use commands::{
 };
 pub use dead_letters::DeadLetter;
 pub use decisions::{Alternative, Decision, Trigger};
-pub use detector_rounds::{
-    DetectorRound, PartitionRef, RoundRange, RoundTick, UnclassifiedTemplate,
-};
+pub use detector_rounds::{DetectorRound, PartitionRef, RoundRange, RoundTick};
 pub use failures::{DetectionMethod, Evidence, FailureEvent};
 pub use observations::{
     AgentEvent, AgentEventKind, LogRecord, MetricSample, TelemetryBatch, WorkerChange, WorkerReport,
