@@ -372,5 +372,19 @@ pub fn round(full: bool) -> unicron_core::DetectorRound {
         }],
         warm: true,
         read_ms: 1_767_225_601_250,
+        rules_version: "9a3f0c1d2e4b5a60".into(),
+        rules: Some("[[rule]]\nname = \"site.fan\"\n".into()),
+        unclassified: vec![unicron_core::UnclassifiedTemplate {
+            cluster: "c1".into(),
+            template: "fan <*> stopped".into(),
+            count: 3,
+            first_ms: 1_767_225_600_000,
+            last_ms: 1_767_225_601_000,
+            nodes: vec!["n1".into()],
+            jobs: vec!["gpt".into()],
+            example: "fan 3 stopped".into(),
+            learned: Some("gpu_driver_error".into()),
+            score_permille: 912,
+        }],
     }
 }

@@ -287,6 +287,7 @@ fn failure() -> impl Strategy<Value = FailureEvent> {
         DetectionMethod::Heartbeat,
         DetectionMethod::ProcessSupervision,
         DetectionMethod::Statistical,
+        DetectionMethod::Learned,
         DetectionMethod::Unknown,
     ]);
     let evidence = (text(), any::<i32>(), any::<i64>(), opt(text()), text()).prop_map(

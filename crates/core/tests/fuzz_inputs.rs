@@ -184,10 +184,18 @@ fn line_at_the_limit() -> impl Strategy<Value = String> {
 
 fn verdict_agrees(rules: &LogRules, line: &str, classified: &Option<Classified>) -> bool {
     match (rules.verdict(line), classified) {
-        (Verdict::Benign, None) => true,
+        (Verdict::Benign | Verdict::Unnamed, None) => true,
         (Verdict::Failure { kind, severity, .. }, Some(c)) => {
-            kind == c.kind && severity == c.severity
+            kind == c.kind && severity == c.severity && c.score_permille.is_none()
         }
+        (
+            Verdict::Learned {
+                kind,
+                severity,
+                score_permille,
+            },
+            Some(c),
+        ) => kind == c.kind && severity == c.severity && c.score_permille == Some(score_permille),
         _ => false,
     }
 }

@@ -15,6 +15,7 @@ mod discovery;
 mod error;
 mod holds;
 pub mod metrics;
+mod rules_watch;
 mod service;
 mod settings;
 mod warm_up;

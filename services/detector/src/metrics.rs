@@ -52,6 +52,11 @@ pub const WARM_UP_RECORDS: Metric = Metric::counter(
     "unicron_detector_warm_up_records_total",
     "Records read again below the group's committed offsets after a takeover, to rebuild state.",
 );
+/// Reloads of `detector.rules_file`.
+pub const RULES_RELOADS: Metric = Metric::counter(
+    "unicron_detector_rules_reloads_total",
+    "Changes of detector.rules_file seen, by result: applied, or refused (the rules in use stay).",
+);
 
 /// Every metric the detector exports.
 pub const METRICS: &[Metric] = &[
@@ -65,4 +70,5 @@ pub const METRICS: &[Metric] = &[
     ROUND_SECONDS,
     DETECTION_LATENCY,
     WARM_UP_RECORDS,
+    RULES_RELOADS,
 ];

@@ -27,6 +27,7 @@ use crate::discovery::with_topic_discovery;
 use crate::error::DetectorError;
 use crate::holds::{IdleTicks, LagGuard, OutageHold};
 use crate::metrics::{IDLE_TICKS, LAG_GUARD, METRICS, ROUND_SECONDS, TIMERS_HELD};
+use crate::rules_watch::RulesWatch;
 use crate::settings::{DetectorService, DetectorSettings};
 use crate::warm_up::WarmUpSource;
 
@@ -68,7 +69,11 @@ pub async fn run(
     detector: DetectorService,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DetectorError> {
-    let DetectorService { settings, rules } = detector;
+    let DetectorService {
+        settings,
+        rules,
+        rules_text,
+    } = detector;
     let settings = &settings;
     let topics = Topics::new(kafka);
     let mut decoders: BTreeMap<String, TopicDecoder> = BTreeMap::new();
@@ -110,6 +115,8 @@ pub async fn run(
         settings,
         instance_name(&settings.group_id),
     );
+    processor.rules_watch = RulesWatch::new(settings.rules_file.clone(), rules_text);
+    processor.round.rules = Some(processor.rules_watch.text().to_string());
     if settings.warm_up_s > 0.0 {
         processor.warm_up = Some(WarmUpSource {
             kafka: kafka.clone(),
@@ -142,6 +149,7 @@ struct DetectorProcessor {
     /// known only from it is read to its end while its high watermark is
     /// still there.
     warm_ends: BTreeMap<(String, i32), i64>,
+    rules_watch: RulesWatch,
 }
 
 impl DetectorProcessor {
@@ -169,6 +177,7 @@ impl DetectorProcessor {
             inputs: [Topic::Agent, Topic::Logs, Topic::Telemetry]
                 .map(|t| topics.name(t).to_string()),
             warm_ends: BTreeMap::new(),
+            rules_watch: RulesWatch::new(None, String::new()),
         }
     }
 }
@@ -362,6 +371,9 @@ impl Processor for DetectorProcessor {
             .max()
             .unwrap_or(0);
         self.guard.update(lag, self.detector.partition_delay_ms());
+        if let Some(text) = self.rules_watch.poll(Instant::now()) {
+            self.round.rules = Some(text);
+        }
         self.outage.update_time(reading.status.now);
         self.publish_hold();
         if self.outage.held() || self.guard.held() {

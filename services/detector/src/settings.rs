@@ -11,6 +11,8 @@ use crate::error::DetectorError;
 pub struct DetectorService {
     pub(crate) settings: DetectorSettings,
     pub(crate) rules: LogRules,
+    /// `rules_file`'s text the rules were compiled from (empty: none).
+    pub(crate) rules_text: String,
 }
 
 impl DetectorService {
@@ -98,23 +100,29 @@ impl Default for DetectorSettings {
 impl DetectorSettings {
     /// The compiled rules: built-ins plus `rules_file`.
     pub fn rules(&self) -> Result<LogRules, DetectorError> {
+        Ok(self.rules_and_text()?.0)
+    }
+
+    fn rules_and_text(&self) -> Result<(LogRules, String), DetectorError> {
         let Some(path) = &self.rules_file else {
-            return Ok(LogRules::builtin());
+            return Ok((LogRules::builtin(), String::new()));
         };
-        let text = std::fs::read_to_string(path).map_err(|e| {
+        let bad = |e: &dyn std::fmt::Display| {
             DetectorError::Config(format!("detector.rules_file: {}: {e}", path.display()))
-        })?;
-        LogRules::with_user(&text).map_err(|e| {
-            DetectorError::Config(format!("detector.rules_file: {}: {e}", path.display()))
-        })
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(&e))?;
+        let rules = LogRules::with_user(&text).map_err(|e| bad(&e))?;
+        Ok((rules, text))
     }
 
     /// The settings checked once and built into what the detector runs
     /// with: the log rules compiled.
     pub fn build(&self) -> Result<DetectorService, DetectorError> {
         self.validate()?;
+        let (rules, rules_text) = self.rules_and_text()?;
         Ok(DetectorService {
-            rules: self.rules()?,
+            rules,
+            rules_text,
             settings: self.clone(),
         })
     }

@@ -808,3 +808,82 @@ async fn heartbeat(producer: &Producer, topic: &str, node: &str) {
         .await
         .unwrap();
 }
+
+/// `detector.rules_file` edited while the detector runs: lines after the
+/// change are classified by the new rules, the round that switched carries
+/// them (so replay does the same), and a file that does not compile keeps
+/// the rules in use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_rules_file_applies_to_the_lines_after_it_and_a_bad_one_is_refused() {
+    const LINE: &str = "bmc: chassis fan 3 stopped spinning";
+    const SITE: &str = "[[rule]]\nname = \"site.fan_stopped\"\nkind = \"gpu_driver_error\"\nkeywords = [\"fan\"]\npattern = 'fan \\d+ stopped'\n";
+    let h = Harness::new();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.toml");
+    std::fs::write(&path, "").unwrap();
+    let detector = h.start(DetectorSettings {
+        rules_file: Some(path.clone()),
+        ..DetectorSettings::default()
+    });
+    let failures = h.reader("failures", "t-failures");
+    let rounds = h.reader("detector-rounds", "t-rounds");
+    let t = now_ms();
+    h.log("n1", t, LINE).await;
+    // An error no rule names: no failure, surfaced in the round instead.
+    h.log("n1", t, "bmc: psu 2 failed to respond").await;
+    progress(&h).committed_all_of(&["unicron.logs"], WAIT).await;
+    assert_eq!(progress(&h).written(&h.kafka.topic("failures")), 0);
+
+    std::fs::write(&path, SITE).unwrap();
+    // The file is looked at every 2 s: a line a second until one counts.
+    let mut sent = 1;
+    let first = loop {
+        h.log(&format!("n{sent}"), t + sent, LINE).await;
+        sent += 1;
+        if let Ok(record) = tokio::time::timeout(Duration::from_secs(1), failures.recv()).await {
+            let codec = AvroCodec::<FailureEvent>::default();
+            break codec.decode(&record.unwrap().payload).unwrap();
+        }
+        assert!(sent < 30, "the new rules never applied");
+    };
+    assert_eq!(first.rule.as_deref(), Some("site.fan_stopped"));
+
+    std::fs::write(&path, "[[rule]]\nname = 3\n").unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h.log("m1", t + 100, LINE).await;
+    let after: Vec<FailureEvent> = read(&failures, 1).await;
+    assert_eq!(after[0].node.as_deref(), Some("m1"));
+    assert_eq!(after[0].rule.as_deref(), Some("site.fan_stopped"));
+
+    let site_version = unicron_core::detector::LogRules::with_user(SITE)
+        .unwrap()
+        .version()
+        .to_string();
+    let mut carried = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while carried
+        .iter()
+        .all(|r: &DetectorRound| r.rules.as_deref() != Some(SITE))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no round carried the new rules"
+        );
+        carried.extend(read::<DetectorRound>(&rounds, 1).await);
+    }
+    assert_eq!(
+        carried[0].rules.as_deref(),
+        Some(""),
+        "the first round carries the file"
+    );
+    assert!(
+        carried
+            .iter()
+            .flat_map(|r| &r.unclassified)
+            .any(|u| u.template == "bmc: psu <*> failed to respond" && u.nodes == ["n1"]),
+        "{carried:#?}"
+    );
+    let switched = carried.last().unwrap();
+    assert_eq!(switched.rules_version, site_version);
+    detector.stop().await;
+}

@@ -5,7 +5,8 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 
 use serde::Serialize;
-use unicron_core::detector::LogRules;
+use unicron_core::detector::templates::{Sighting, Templates};
+use unicron_core::detector::{LogRules, learned};
 
 use crate::config::Config;
 use crate::usage::UsageError;
@@ -15,12 +16,16 @@ struct Verdict<'a> {
     kind: &'a str,
     severity: Option<&'a str>,
     rule: Option<&'a str>,
+    /// The learned tier's posterior, when it named the kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<f64>,
     /// With `--explain`, for a classified line only.
     #[serde(skip_serializing_if = "Option::is_none")]
     why: Option<Why<'a>>,
 }
 
-/// Why a rule took a line (`--explain`).
+/// Why a rule took a line (`--explain`); for a learned verdict, the
+/// error marker that sent the line to the model.
 #[derive(Serialize)]
 struct Why<'a> {
     keyword: &'a str,
@@ -36,7 +41,12 @@ struct PassedOver<'a> {
     why: &'a str,
 }
 
-pub fn run(config: &Config, rules: Option<PathBuf>, explain: bool) -> anyhow::Result<()> {
+pub fn run(
+    config: &Config,
+    rules: Option<PathBuf>,
+    explain: bool,
+    templates: bool,
+) -> anyhow::Result<()> {
     let mut settings = config.detector.clone();
     if rules.is_some() {
         settings.rules_file = rules;
@@ -44,12 +54,98 @@ pub fn run(config: &Config, rules: Option<PathBuf>, explain: bool) -> anyhow::Re
     let rules = settings
         .rules()
         .map_err(|e| UsageError(e.to_string().replace("detector.rules_file", "--rules")))?;
+    if templates {
+        return group_templates(&rules, std::io::stdin().lock(), std::io::stdout().lock());
+    }
     classify(
         &rules,
         explain,
         std::io::stdin().lock(),
         std::io::stdout().lock(),
     )
+}
+
+/// `unicron train-classifier`: the learned tier from a corpus, its
+/// threshold chosen on the corpus's held-out half.
+pub fn train(corpus: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(corpus)
+        .map_err(|e| UsageError(format!("--corpus: {}: {e}", corpus.display())))?;
+    let examples = learned::corpus(&text)
+        .map_err(|e| UsageError(format!("--corpus: {}: {e}", corpus.display())))?;
+    let rules = LogRules::builtin();
+    let model = learned::train_shipped(&examples, |line| rules.for_learned(line));
+    std::fs::write(out, model.to_json())
+        .map_err(|e| UsageError(format!("--out: {}: {e}", out.display())))?;
+    eprintln!(
+        "{} lines, {} features, threshold {:.3}: wrote {}",
+        examples.len(),
+        model.features.len(),
+        f64::from(model.threshold_permille) / 1000.0,
+        out.display()
+    );
+    Ok(())
+}
+
+/// Most templates kept for `--templates`.
+const MAX_TEMPLATES: usize = 10_000;
+
+/// One template as `--templates` prints it: line numbers stand for time.
+#[derive(Serialize)]
+struct TemplateLine<'a> {
+    template: &'a str,
+    count: u64,
+    first_line: i64,
+    last_line: i64,
+    example: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    learned: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<f64>,
+}
+
+/// The error-marked lines no rule takes, by template, most frequent first.
+fn group_templates(
+    rules: &LogRules,
+    input: impl BufRead,
+    output: impl Write,
+) -> anyhow::Result<()> {
+    let mut grouped = Templates::new(MAX_TEMPLATES);
+    for (number, line) in input.split(b'\n').enumerate() {
+        let bytes = line?;
+        let text = String::from_utf8_lossy(&bytes);
+        let text = text.strip_suffix('\r').unwrap_or(&text);
+        if let Some(learned) = rules.unclassified_error(text) {
+            grouped.add(Sighting {
+                line: text,
+                node: "-",
+                job: None,
+                time_ms: number as i64 + 1,
+                learned,
+            });
+        }
+    }
+    let mut out = BufWriter::new(output);
+    for t in grouped.most_frequent() {
+        let line = TemplateLine {
+            template: &t.template,
+            count: t.count,
+            first_line: t.first_ms,
+            last_line: t.last_ms,
+            example: &t.example,
+            learned: t.learned.map(|(kind, _)| kind.symbol()),
+            score: t.learned.map(|(_, s)| f64::from(s) / 1000.0),
+        };
+        serde_json::to_writer(&mut out, &line)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    if grouped.evicted > 0 {
+        eprintln!(
+            "{} templates left out past the first {MAX_TEMPLATES}",
+            grouped.evicted
+        );
+    }
+    Ok(())
 }
 
 /// One output line per input line, in order; invalid UTF-8 is read lossily.
@@ -75,6 +171,7 @@ fn classify(
                 kind: c.kind.symbol(),
                 severity: Some(c.severity.symbol()),
                 rule: Some(&c.rule),
+                score: c.score_permille.map(|s| f64::from(s) / 1000.0),
                 why: explained.as_ref().map(|e| Why {
                     keyword: &e.keyword,
                     matched: &e.matched,
@@ -90,6 +187,7 @@ fn classify(
                 kind: "none",
                 severity: None,
                 rule: None,
+                score: None,
                 why: None,
             },
         };
@@ -144,5 +242,29 @@ mod tests {
         assert_eq!(lines[1]["why"]["keyword"], "xid");
         assert_eq!(lines[1]["why"]["matched"], "NVRM: Xid (PCI:0000:3b:00): 79");
         assert_eq!(lines[1]["why"]["xid"], 79);
+    }
+
+    #[test]
+    fn templates_group_unclassified_error_lines_most_frequent_first() {
+        let input = "disk 1 failed on node7\nNCCL INFO all fine\ndisk 2 failed on node7\nRuntimeError: CUDA error: an illegal memory access was encountered\nwidget exploded: error 5\n";
+        let mut out = Vec::new();
+        group_templates(&LogRules::builtin(), input.as_bytes(), &mut out).unwrap();
+        let lines: Vec<serde_json::Value> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        // The CUDA line is a rule's, the INFO line no error: two templates.
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0]["template"], "disk <*> failed on <*>");
+        assert_eq!(lines[0]["count"], 2);
+        assert_eq!(
+            (
+                lines[0]["first_line"].as_i64(),
+                lines[0]["last_line"].as_i64()
+            ),
+            (Some(1), Some(3))
+        );
+        assert_eq!(lines[1]["template"], "widget exploded: error <*>");
     }
 }

@@ -74,6 +74,20 @@ pub enum Command {
         /// the Xid code, and the rules tried before it (nothing for a benign line).
         #[arg(long)]
         explain: bool,
+        /// Instead: group the error-marked lines no rule takes by template and print one
+        /// JSON object per template, most frequent first (docs/detector.md).
+        #[arg(long, conflicts_with = "explain")]
+        templates: bool,
+    },
+    /// Learn the detector's second tier from a corpus of labelled lines
+    /// (`kind<TAB>source<TAB>line`) and write the model (docs/detector.md).
+    TrainClassifier {
+        /// The corpus, e.g. crates/core/tests/corpus/log_lines.tsv.
+        #[arg(long, value_name = "FILE")]
+        corpus: PathBuf,
+        /// Where to write the model, e.g. crates/core/rules/learned_model.json.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
     /// Re-derive every failure, decision and command from the recorded inputs and compare
     /// (exit 0 only when nothing diverged); with --policy or --what-if-config, show what
@@ -152,7 +166,12 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
             duration,
             summary_json,
         } => crate::services::sim(&config, duration, summary_json).await,
-        Command::Classify { rules, explain } => crate::classify::run(&config, rules, explain),
+        Command::Classify {
+            rules,
+            explain,
+            templates,
+        } => crate::classify::run(&config, rules, explain, templates),
+        Command::TrainClassifier { corpus, out } => crate::classify::train(&corpus, &out),
         Command::Replay(args) => crate::replay::run(&config, config_given, args),
         #[cfg(feature = "simulator")]
         Command::Evaluate(args) => crate::evaluate::run(args),

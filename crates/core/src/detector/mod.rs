@@ -16,11 +16,14 @@
 mod clock;
 pub mod config;
 pub mod correlate;
+pub mod learned;
+pub mod markers;
 pub mod metric_rules;
 mod observe;
 pub mod progress;
 mod round;
 pub mod rules;
+pub mod templates;
 mod timers;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -142,6 +145,8 @@ struct ClusterView {
     job_nodes: BTreeMap<String, BTreeSet<String>>,
     correlator: Correlator,
     metrics: MetricState,
+    /// This round's unclassified error lines ([`Detector::take_unclassified`]).
+    unclassified: templates::RoundTemplates,
 }
 
 /// The detector of every cluster it has seen.

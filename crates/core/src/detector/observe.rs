@@ -5,6 +5,7 @@
 use super::config::DetectorConfig;
 use super::correlate::Candidate;
 use super::progress::{IterationDone, ProgressSignal};
+use super::templates::Sighting;
 use super::{ClusterView, DetectorInput, LogRules, Observation, SourceRecord, evidence};
 use crate::records::{
     AgentEvent, AgentEventKind, DetectionMethod, LogRecord, MetricSample, TelemetryBatch,
@@ -171,7 +172,17 @@ fn classify_log(
     record: &LogRecord,
     source: &SourceRecord,
 ) -> Option<Candidate> {
-    let found = rules.classify(&record.line)?;
+    let verdict = rules.verdict(&record.line);
+    if let Some(learned) = verdict.unclassified() {
+        view.unclassified.0.add(Sighting {
+            line: &record.line,
+            node: &record.node,
+            job: record.job.as_deref(),
+            time_ms: record.time_ms,
+            learned,
+        });
+    }
+    let found = rules.classify_verdict(&record.line, verdict)?;
     let job = record
         .job
         .clone()
@@ -185,8 +196,15 @@ fn classify_log(
     Some(Candidate {
         kind: found.kind,
         severity: found.severity,
-        method: DetectionMethod::LogRule,
-        rule: Some(found.rule),
+        method: match found.score_permille {
+            Some(_) => DetectionMethod::Learned,
+            None => DetectionMethod::LogRule,
+        },
+        // A learned verdict carries its score, as `learned 0.912`.
+        rule: Some(match found.score_permille {
+            Some(score) => format!("{} {:.3}", found.rule, f64::from(score) / 1000.0),
+            None => found.rule,
+        }),
         node: Some(found.node.unwrap_or_else(|| record.node.clone())),
         gpu: record.gpu.or(found.gpu),
         job,

@@ -29,7 +29,7 @@ pub struct RoundOutput {
 impl Detector {
     /// Applies one round. `inputs` are the observations of exactly the
     /// records `round.ranges` names, in any order. In order: a reset if the
-    /// round says so, the timer hold and read time, the partitions found caught up and
+    /// round says so, the rules it carries, the timer hold and read time, the partitions found caught up and
     /// those found behind, the inputs in canonical order (a record counts
     /// as caught up only if it is the last of its partition in the round
     /// and was read as the newest), then the idle ticks. A warm-up round
@@ -41,6 +41,14 @@ impl Detector {
     ) -> Vec<RoundOutput> {
         if round.reset {
             self.reset();
+        }
+        if let Some(text) = &round.rules {
+            // Validated before the live service recorded them; a file that
+            // no longer compiles (another binary) keeps the rules in use,
+            // and replay reports the version that differs.
+            if let Ok(rules) = super::LogRules::with_user(text) {
+                self.rules = rules;
+            }
         }
         self.hold_silence_timers(round.silence_held);
         self.read_ms = self.read_ms.max(round.read_ms);
@@ -96,6 +104,25 @@ impl Detector {
         }
         if round.warm {
             out.clear();
+        }
+        out
+    }
+}
+
+impl Detector {
+    /// The error-marked log lines no rule took since the last call, by
+    /// cluster and template: the service puts them in the round it
+    /// records (replay calls it too, so its state matches).
+    pub fn take_unclassified(&mut self) -> Vec<crate::records::UnclassifiedTemplate> {
+        let mut out = Vec::new();
+        for (cluster, view) in &mut self.clusters {
+            out.extend(
+                view.unclassified
+                    .0
+                    .drain()
+                    .iter()
+                    .map(|t| t.to_record(cluster)),
+            );
         }
         out
     }

@@ -47,6 +47,43 @@ pub struct DetectorRound {
     /// 0 in rounds written before it was recorded: no settling.
     #[serde(default)]
     pub read_ms: i64,
+    /// The version of the log rules the round was applied with
+    /// ([`crate::detector::LogRules::version`]); empty in older rounds.
+    #[serde(default)]
+    pub rules_version: String,
+    /// The site's rules file text (empty: built-ins only), in an instance's
+    /// first round and in the round after it changed: the detector switches
+    /// to them before applying the round, so replay does too.
+    #[serde(default)]
+    pub rules: Option<String>,
+    /// Error-marked log lines no rule took, by cluster and template (at
+    /// most [`crate::detector::templates::PER_ROUND`] per cluster): what
+    /// the status page lists as unclassified errors. Derived, not
+    /// replayed.
+    #[serde(default)]
+    pub unclassified: Vec<UnclassifiedTemplate>,
+}
+
+/// One template of error-marked log lines no rule took, as seen in a round.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnclassifiedTemplate {
+    pub cluster: String,
+    /// The lines with variable tokens masked as `<*>`.
+    pub template: String,
+    pub count: i64,
+    pub first_ms: i64,
+    pub last_ms: i64,
+    /// Up to eight nodes and jobs that logged it.
+    pub nodes: Vec<String>,
+    pub jobs: Vec<String>,
+    /// The first such line, cut to 512 bytes.
+    pub example: String,
+    /// The kind the learned tier named for the example (below the
+    /// threshold: none), and its score in thousandths.
+    #[serde(default)]
+    pub learned: Option<String>,
+    #[serde(default)]
+    pub score_permille: i32,
 }
 
 /// A topic's partition.

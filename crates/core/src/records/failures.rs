@@ -14,6 +14,9 @@ pub enum DetectionMethod {
     ProcessSupervision,
     Statistical,
     Unknown,
+    /// The learned tier named a line no rule took (last: Avro writes the
+    /// variant's position, and the schema's symbols only grow at the end).
+    Learned,
 }
 
 impl DetectionMethod {
@@ -25,6 +28,7 @@ impl DetectionMethod {
             DetectionMethod::Heartbeat => "heartbeat",
             DetectionMethod::ProcessSupervision => "process_supervision",
             DetectionMethod::Statistical => "statistical",
+            DetectionMethod::Learned => "learned",
             DetectionMethod::Unknown => "unknown",
         }
     }

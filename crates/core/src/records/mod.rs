@@ -25,7 +25,9 @@ pub use commands::{
 };
 pub use dead_letters::DeadLetter;
 pub use decisions::{Alternative, Decision, Trigger};
-pub use detector_rounds::{DetectorRound, PartitionRef, RoundRange, RoundTick};
+pub use detector_rounds::{
+    DetectorRound, PartitionRef, RoundRange, RoundTick, UnclassifiedTemplate,
+};
 pub use failures::{DetectionMethod, Evidence, FailureEvent};
 pub use observations::{
     AgentEvent, AgentEventKind, LogRecord, MetricSample, TelemetryBatch, WorkerChange, WorkerReport,

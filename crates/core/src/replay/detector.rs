@@ -157,20 +157,34 @@ pub fn replay_rounds(
         list.dedup_by_key(|r| r.seq);
         let mut d = detector();
         let first_seq = list.first().map_or(0, |r| r.seq);
+        let mut rules_told = false;
         for (expected_seq, round) in (first_seq..).zip(list) {
             let Some(inputs) = round_inputs(round, records).filter(|_| round.seq == expected_seq)
             else {
                 out.incomplete_instances += 1;
                 break;
             };
-            let derived: Vec<FailureEvent> = d
-                .apply_round(round, inputs)
+            let outputs = d.apply_round(round, inputs);
+            let _ = d.take_unclassified(); // derived, as the live service does
+            let derived: Vec<FailureEvent> = outputs
                 .into_iter()
                 .filter_map(|o| match o.output {
                     DetectorOutput::Failure(f) => Some(f),
                     DetectorOutput::Rejected(_) => None,
                 })
                 .collect();
+            // Rules other than the live detector's (another binary, or a
+            // rules file no round carried): said once per instance.
+            let version = d.rules().version();
+            if !rules_told && !round.rules_version.is_empty() && round.rules_version != version {
+                rules_told = true;
+                out.comparison.differ(|| Divergence {
+                    what: "rules".into(),
+                    id: format!("{}#{}", round.detector, round.seq),
+                    recorded: serde_json::Value::String(round.rules_version.clone()),
+                    replayed: serde_json::Value::String(version.to_string()),
+                });
+            }
             named.extend(round.failures.iter().map(String::as_str));
             let in_window = |id: &str| {
                 derived

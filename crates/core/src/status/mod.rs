@@ -97,6 +97,16 @@ impl StatusView {
         self.detectors.timers_held()
     }
 
+    /// Error-marked log lines no rule took, by template, newest first: of
+    /// `cluster`, or of all clusters; at most `limit`.
+    pub fn unclassified(
+        &self,
+        cluster: Option<&str>,
+        limit: usize,
+    ) -> Vec<crate::records::UnclassifiedTemplate> {
+        self.detectors.unclassified(cluster, limit)
+    }
+
     /// Takes one record into the view.
     pub fn apply(&mut self, read: Read) {
         self.incidents.apply(&read.record);

@@ -29,6 +29,9 @@ pub(super) struct PendingRound {
     /// A warm-up read after a takeover, applied as a round of its own
     /// before the inputs: its inputs and the records they came from.
     pub(super) warm: Option<(Vec<DetectorInput>, Vec<InboundRecord>)>,
+    /// Rules text the next round carries: the instance's first, and a
+    /// changed `detector.rules_file` that compiled.
+    pub(super) rules: Option<String>,
     /// When the round's first record was read (operational: idle ticks).
     pub(super) heard_at: Option<std::time::Instant>,
 }
@@ -42,7 +45,7 @@ impl DetectorProcessor {
             return Ok(None);
         };
         let pending = &mut self.round;
-        let round = DetectorRound {
+        let mut round = DetectorRound {
             detector: pending.detector.clone(),
             seq: pending.seq,
             reset: std::mem::take(&mut pending.reset),
@@ -50,11 +53,15 @@ impl DetectorProcessor {
             ranges: ranges(&records),
             warm: true,
             read_ms: wall_ms(),
+            rules: pending.rules.take(),
             ..DetectorRound::default()
         };
         pending.seq += 1;
         self.detector.hold_silence_timers(true);
         let outputs = self.detector.apply_round(&round, inputs);
+        round.rules_version = self.detector.rules().version().to_string();
+        // Old lines read again: surfaced when they were first read.
+        let _ = self.detector.take_unclassified();
         debug_assert!(outputs.is_empty(), "a warm-up round publishes nothing");
         self.detector
             .hold_silence_timers(self.outage.held() || self.guard.held());
@@ -95,11 +102,16 @@ impl DetectorProcessor {
             behind: std::mem::take(&mut pending.behind),
             warm: false,
             read_ms: wall_ms(),
+            rules: pending.rules.take(),
+            rules_version: String::new(),
+            unclassified: Vec::new(),
         };
         pending.seq += 1;
         let records = std::mem::take(&mut pending.records);
         let inputs = std::mem::take(&mut pending.inputs);
         let outputs = self.detector.apply_round(&round, inputs);
+        round.rules_version = self.detector.rules().version().to_string();
+        round.unclassified = self.detector.take_unclassified();
         let mut failures = Vec::new();
         let mut rejected: BTreeMap<(String, i32, i64), Vec<String>> = BTreeMap::new();
         for out in outputs {

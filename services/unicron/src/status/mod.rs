@@ -116,6 +116,7 @@ pub async fn start(
         .route("/api/status", get(status))
         .route("/api/clusters/{id}", get(cluster))
         .route("/api/incidents", get(incidents))
+        .route("/api/unclassified", get(unclassified))
         .route("/api/timeline", get(timeline))
         .route("/api/explain/{id}", get(explain_json))
         .route("/explain/{id}", get(explain_text))
@@ -183,6 +184,17 @@ async fn incidents(
     let cluster = query.cluster.as_deref().filter(|c| !c.is_empty());
     let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
     Json(view.incidents(cluster, limit))
+}
+
+/// Unclassified-error templates, newest first (`?cluster=&limit=`).
+async fn unclassified(
+    State(state): State<AppState>,
+    Query(query): Query<IncidentsQuery>,
+) -> Json<Vec<unicron_core::UnclassifiedTemplate>> {
+    let limit = query.limit.unwrap_or(DEFAULT_INCIDENTS).min(MAX_ENTRIES);
+    let cluster = query.cluster.as_deref().filter(|c| !c.is_empty());
+    let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
+    Json(view.unclassified(cluster, limit))
 }
 
 #[derive(Deserialize)]

@@ -8,15 +8,23 @@
 //! many and long (it runs them all, on every hit).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;
 use serde::Deserialize;
 
+mod explain;
+mod tier;
+
+pub use explain::Explanation;
+
+use super::learned::Learned;
+use super::markers::{self, ErrorMarkers};
 use crate::taxonomy::{FailureKind, Severity};
 
 /// The built-in rules, compiled into the binary.
-pub const BUILTIN_RULES: &str = include_str!("../../rules/log_rules.toml");
+pub const BUILTIN_RULES: &str = include_str!("../../../rules/log_rules.toml");
 
 /// A rule file that cannot be used, naming the rule and field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,6 +68,19 @@ pub struct RulesFile {
     /// kind symbol (or `none`, or `default`) → XID codes.
     #[serde(default)]
     pub xid: BTreeMap<String, toml::Value>,
+    /// Words and phrases (case-insensitive, whole words), any of which
+    /// marks a line as an error report, as does a glog `E`/`F` level: such
+    /// a line that no rule takes goes to the learned tier. A user file's
+    /// list replaces the built-in one.
+    #[serde(default)]
+    pub error_markers: Option<Vec<String>>,
+    /// Regexes, any of which says a line reports something handled (an
+    /// INFO notice, a retry that goes on): never sent to the learned tier.
+    #[serde(default)]
+    pub handled_markers: Option<Vec<String>>,
+    /// Whether the learned tier runs (default: yes).
+    #[serde(default)]
+    pub learned: Option<bool>,
 }
 
 impl RulesFile {
@@ -96,6 +117,9 @@ impl RulesFile {
         prepend.append(&mut self.rules);
         self.rules = prepend;
         self.xid.extend(user.xid);
+        self.error_markers = user.error_markers.or(self.error_markers);
+        self.handled_markers = user.handled_markers.or(self.handled_markers);
+        self.learned = user.learned.or(self.learned);
         self
     }
 }
@@ -109,8 +133,35 @@ pub enum Verdict {
         severity: Severity,
         rule: usize,
     },
+    /// A failure of this kind by the learned tier, with its posterior.
+    Learned {
+        kind: FailureKind,
+        severity: Severity,
+        score_permille: u16,
+    },
+    /// An error report no rule takes and the learned tier does not name
+    /// (below its threshold, or the tier is off): no failure, but an
+    /// unclassified error to surface.
+    Unnamed,
     /// Nothing wrong.
     Benign,
+}
+
+impl Verdict {
+    /// For a line no rule took that carries an error marker: what the
+    /// learned tier named, if anything; `None` for a rule's line or a
+    /// benign one.
+    pub fn unclassified(self) -> Option<Option<(FailureKind, u16)>> {
+        match self {
+            Verdict::Learned {
+                kind,
+                score_permille,
+                ..
+            } => Some(Some((kind, score_permille))),
+            Verdict::Unnamed => Some(None),
+            Verdict::Failure { .. } | Verdict::Benign => None,
+        }
+    }
 }
 
 /// A classified line with what the rule captured.
@@ -123,7 +174,13 @@ pub struct Classified {
     pub gpu: Option<i32>,
     /// The node the line is about, when it names another (`(?P<node>...)`).
     pub node: Option<String>,
+    /// The learned tier's posterior, in thousandths, when it named the
+    /// kind (then `rule` is `learned`).
+    pub score_permille: Option<u16>,
 }
+
+/// The rule name of a learned verdict.
+pub const LEARNED_RULE: &str = "learned";
 
 #[derive(Clone)]
 enum RuleKind {
@@ -152,6 +209,13 @@ pub struct LogRules {
     /// XID code → kind (`None`: benign code).
     xid: BTreeMap<u32, Option<FailureKind>>,
     xid_default: Option<FailureKind>,
+    /// Any error marker (`None`: no learned tier).
+    markers: Option<ErrorMarkers>,
+    /// Any handled marker.
+    handled: Option<Regex>,
+    /// What the rules are: built-ins, model and site file together.
+    version: String,
+    learned: Option<Arc<Learned>>,
 }
 
 impl std::fmt::Debug for LogRules {
@@ -172,14 +236,22 @@ pub const MAX_RULES: usize = 256;
 impl LogRules {
     /// The built-in rules.
     pub fn builtin() -> LogRules {
-        LogRules::compile(RulesFile::parse(BUILTIN_RULES).expect("built-in rules parse"))
-            .expect("built-in rules compile")
+        LogRules::with_user("").expect("built-in rules compile")
     }
 
     /// The built-in rules with a user file layered on top.
     pub fn with_user(user_toml: &str) -> Result<LogRules, RulesError> {
         let builtin = RulesFile::parse(BUILTIN_RULES).expect("built-in rules parse");
-        LogRules::compile(builtin.overlay(RulesFile::parse(user_toml)?))
+        let mut rules = LogRules::compile(builtin.overlay(RulesFile::parse(user_toml)?))?;
+        rules.version = version_of(user_toml);
+        Ok(rules)
+    }
+
+    /// What these rules are, as 16 hex digits: the same built-in rules,
+    /// learned model and site file give the same version (recorded in each
+    /// detector round, so replay can tell it applies the same rules).
+    pub fn version(&self) -> &str {
+        &self.version
     }
 
     /// Compiles a rules file.
@@ -266,6 +338,26 @@ impl LogRules {
             .build(&keywords)
             .map_err(|e| RulesError::Parse(format!("keywords: {e}")))?;
         let (xid, xid_default) = xid_table(&file.xid)?;
+        let markers = match &file.error_markers {
+            Some(markers) if !markers.is_empty() => Some(ErrorMarkers::new(markers).map_err(
+                |reason| RulesError::Rule {
+                    rule: "error_markers".into(),
+                    field: "error_markers",
+                    reason,
+                },
+            )?),
+            _ => None,
+        };
+        let handled = match &file.handled_markers {
+            Some(handled) if !handled.is_empty() => {
+                Some(markers::any_of(handled).map_err(|reason| RulesError::Rule {
+                    rule: "handled_markers".into(),
+                    field: "handled_markers",
+                    reason,
+                })?)
+            }
+            _ => None,
+        };
         Ok(LogRules {
             rules,
             prefilter,
@@ -273,6 +365,13 @@ impl LogRules {
             keywords,
             xid,
             xid_default,
+            learned: file
+                .learned
+                .unwrap_or(true)
+                .then(|| Arc::new(Learned::builtin())),
+            markers,
+            handled,
+            version: String::new(),
         })
     }
 
@@ -302,7 +401,7 @@ impl LogRules {
             any = true;
         }
         if !any {
-            return Verdict::Benign;
+            return self.learned_verdict(line);
         }
         let candidates = candidates.iter().enumerate().flat_map(|(word, bits)| {
             (0..64)
@@ -333,18 +432,39 @@ impl LogRules {
                 };
             }
         }
-        Verdict::Benign
+        self.learned_verdict(line)
     }
 
     /// Classifies one line; `None` when benign.
     pub fn classify(&self, line: &str) -> Option<Classified> {
-        let Verdict::Failure {
-            kind,
-            severity,
-            rule,
-        } = self.verdict(line)
-        else {
-            return None;
+        self.classify_verdict(line, self.verdict(line))
+    }
+
+    /// [`LogRules::classify`] of a line whose [`LogRules::verdict`] the
+    /// caller already has.
+    pub fn classify_verdict(&self, line: &str, verdict: Verdict) -> Option<Classified> {
+        let (kind, severity, rule) = match verdict {
+            Verdict::Benign | Verdict::Unnamed => return None,
+            Verdict::Learned {
+                kind,
+                severity,
+                score_permille,
+            } => {
+                return Some(Classified {
+                    kind,
+                    severity,
+                    rule: LEARNED_RULE.into(),
+                    rank: None,
+                    gpu: None,
+                    node: None,
+                    score_permille: Some(score_permille),
+                });
+            }
+            Verdict::Failure {
+                kind,
+                severity,
+                rule,
+            } => (kind, severity, rule),
         };
         let rule = &self.rules[rule];
         let captures = rule.regex.captures(truncate(line));
@@ -360,71 +480,21 @@ impl LogRules {
                 .as_ref()
                 .and_then(|c| c.name("node"))
                 .map(|m| m.as_str().to_string()),
+            score_permille: None,
         })
     }
 }
 
-/// Why a line was classified as it was: the rule, the keyword that let the
-/// rule be tried, the text its pattern matched and, for an Xid, the code.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Explanation {
-    pub classified: Classified,
-    pub keyword: String,
-    pub matched: String,
-    pub xid: Option<u32>,
-    /// Rules tried first (their keyword was in the line) that did not take
-    /// it, each with why: `pattern did not match`, `excluded by unless`, or
-    /// an Xid code that maps to no failure.
-    pub passed_over: Vec<(String, &'static str)>,
-}
-
-impl LogRules {
-    /// What [`LogRules::classify`] decided and why; `None` for a line no
-    /// rule takes (there is nothing to explain).
-    pub fn explain(&self, line: &str) -> Option<Explanation> {
-        let classified = self.classify(line)?;
-        let Verdict::Failure { rule: chosen, .. } = self.verdict(line) else {
-            return None;
-        };
-        let text = truncate(line);
-        let mut keyword = None;
-        let mut tried = std::collections::BTreeSet::new();
-        for m in self.prefilter.find_overlapping_iter(text) {
-            let rule = self.keyword_rule[m.pattern().as_usize()];
-            tried.insert(rule);
-            if rule == chosen && keyword.is_none() {
-                keyword = Some(self.keywords[m.pattern().as_usize()].clone());
-            }
+/// FNV-1a over the built-in rules, the learned model and `user`.
+fn version_of(user: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [BUILTIN_RULES, super::learned::BUILTIN_MODEL, user] {
+        for byte in part.bytes().chain([0xff]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
-        let passed_over = tried
-            .into_iter()
-            .take_while(|&index| index < chosen)
-            .map(|index| {
-                let rule = &self.rules[index];
-                let why = if !rule.regex.is_match(text) {
-                    "pattern did not match"
-                } else if rule.unless.as_ref().is_some_and(|u| u.is_match(text)) {
-                    "excluded by unless"
-                } else {
-                    "its Xid code maps to no failure"
-                };
-                (rule.name.clone(), why)
-            })
-            .collect();
-        let rule = &self.rules[chosen];
-        let captures = rule.regex.captures(text)?;
-        let xid = match rule.kind {
-            RuleKind::Xid => captures.name("xid").and_then(|m| m.as_str().parse().ok()),
-            RuleKind::Fixed(_) => None,
-        };
-        Some(Explanation {
-            classified,
-            keyword: keyword.unwrap_or_default(),
-            matched: captures.get(0).map_or("", |m| m.as_str()).to_string(),
-            xid,
-            passed_over,
-        })
     }
+    format!("{hash:016x}")
 }
 
 fn truncate(line: &str) -> &str {
