@@ -99,15 +99,24 @@ pub fn feature_hash(feature: &str) -> u64 {
 }
 
 fn hash_parts(parts: &[&str]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for (i, part) in parts.iter().enumerate() {
-        let space = (i > 0).then_some(b' ');
-        for byte in space.into_iter().chain(part.bytes()) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    hash
+    parts
+        .iter()
+        .enumerate()
+        .fold(FNV_OFFSET, |hash, (i, part)| {
+            let space = (i > 0).then_some(b' ');
+            fnv1a(hash, space.into_iter().chain(part.bytes()))
+        })
+}
+
+/// FNV-1a's starting value.
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a (64-bit) of `bytes`, continuing from `hash`: stable across
+/// machines and releases, unlike `std`'s hashers.
+pub(crate) fn fnv1a(hash: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(hash, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A line's words, lower-cased and masked, in one buffer.
@@ -351,12 +360,7 @@ pub fn corpus(text: &str) -> Result<Vec<Example<'_>>, ModelError> {
 /// Whether a source is in the held-out half: FNV-1a of its URL, so the
 /// split is fixed by the data and a thread is wholly on one side.
 pub fn held_out(source: &str) -> bool {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in source.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash % 2 == 1
+    fnv1a(FNV_OFFSET, source.bytes()) % 2 == 1
 }
 
 /// The lowest threshold, in thousandths and at least `floor`, at which

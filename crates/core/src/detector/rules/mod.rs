@@ -487,13 +487,12 @@ impl LogRules {
 
 /// FNV-1a over the built-in rules, the learned model and `user`.
 fn version_of(user: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [BUILTIN_RULES, super::learned::BUILTIN_MODEL, user] {
-        for byte in part.bytes().chain([0xff]) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
+    use super::learned::{FNV_OFFSET, fnv1a};
+    let hash = [BUILTIN_RULES, super::learned::BUILTIN_MODEL, user]
+        .into_iter()
+        .fold(FNV_OFFSET, |hash, part| {
+            fnv1a(hash, part.bytes().chain([0xff]))
+        });
     format!("{hash:016x}")
 }
 
