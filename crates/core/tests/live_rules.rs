@@ -179,3 +179,29 @@ fn error_lines_no_rule_names_are_grouped_for_the_status_page() {
     assert_eq!((listed[0].first_ms, listed[0].last_ms), (T0, T0 + 1000));
     assert!(view.unclassified(Some("c2"), 10).is_empty());
 }
+
+/// However many clusters flood unclassified errors, one round records at
+/// most `ROUND_UNCLASSIFIED` templates, the most frequent first.
+#[test]
+fn a_flood_of_unclassified_errors_keeps_a_round_small() {
+    let mut d = detector();
+    let mut offset = 0;
+    for cluster in ["c1", "c2", "c3"] {
+        for family in 0..30 {
+            // Family 0 of each cluster twice: the most frequent.
+            for _ in 0..if family == 0 { 2 } else { 1 } {
+                let mut r = record(offset, "n1");
+                if let Observation::Log(log) = &mut r.observation {
+                    log.cluster = cluster.into();
+                    log.line = format!("widget {} failed", "x".repeat(family + 1));
+                }
+                live_round(&mut d, offset, None, &r);
+                offset += 1;
+            }
+        }
+    }
+    let taken = d.take_unclassified();
+    assert_eq!(taken.len(), unicron_core::detector::ROUND_UNCLASSIFIED);
+    assert!(taken[..3].iter().all(|t| t.count == 2), "{:?}", &taken[..3]);
+    assert!(d.take_unclassified().is_empty(), "taken once");
+}

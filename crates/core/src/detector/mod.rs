@@ -40,7 +40,7 @@ pub use config::{CounterRule, DetectorConfig, GaugeRule};
 use correlate::{Candidate, Correlator, Group, Offer};
 use metric_rules::MetricState;
 use progress::JobProgress;
-pub use round::{IDLE_TICK_NODE, RoundOutput};
+pub use round::{IDLE_TICK_NODE, ROUND_UNCLASSIFIED, RoundOutput};
 pub use rules::{Classified, Explanation, LogRules, RulesError};
 use timers::HeartbeatDeadlines;
 

@@ -111,8 +111,10 @@ impl Detector {
 
 impl Detector {
     /// The error-marked log lines no rule took since the last call, by
-    /// cluster and template: the service puts them in the round it
-    /// records (replay calls it too, so its state matches).
+    /// cluster and template, the most frequent [`ROUND_UNCLASSIFIED`] of
+    /// them (a round record stays small whatever floods): the service
+    /// puts them in the round it records (replay calls it too, so its
+    /// state matches).
     pub fn take_unclassified(&mut self) -> Vec<crate::records::UnclassifiedTemplate> {
         let mut out = Vec::new();
         for (cluster, view) in &mut self.clusters {
@@ -124,9 +126,16 @@ impl Detector {
                     .map(|t| t.to_record(cluster)),
             );
         }
+        out.sort_by(|a, b| {
+            (b.count, &a.cluster, &a.template).cmp(&(a.count, &b.cluster, &b.template))
+        });
+        out.truncate(ROUND_UNCLASSIFIED);
         out
     }
 }
+
+/// Unclassified-error templates one round records at most, all clusters.
+pub const ROUND_UNCLASSIFIED: usize = 64;
 
 /// The order inputs of one round are applied in.
 fn canonical(input: &DetectorInput) -> (i64, &str, i32, i64, u32) {

@@ -57,8 +57,9 @@ pub struct DetectorRound {
     #[serde(default)]
     pub rules: Option<String>,
     /// Error-marked log lines no rule took, by cluster and template (at
-    /// most [`crate::detector::templates::PER_ROUND`] per cluster): what
-    /// the status page lists as unclassified errors. Derived, not
+    /// most [`crate::detector::templates::PER_ROUND`] a cluster and
+    /// [`crate::detector::ROUND_UNCLASSIFIED`] in all, the most frequent):
+    /// what the status page lists as unclassified errors. Derived, not
     /// replayed.
     #[serde(default)]
     pub unclassified: Vec<UnclassifiedTemplate>,
