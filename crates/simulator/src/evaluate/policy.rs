@@ -51,13 +51,13 @@ pub const MEASURED_RESTART_S: f64 = 2.12;
 pub const MEASURED_RECONFIGURE_S: f64 = 1.75;
 /// Restoring one rank's state from its agent's memory: the descriptor
 /// handed back, the tensors built over it and copied into the model once
-/// (docs/BENCHMARKS.md, "In-memory snapshots": `restore_s`, 1 GiB in
-/// 0.331 s on this 2-core machine).
-pub const MEASURED_RESTORE_MB_S: f64 = 1073.7 / 0.331;
+/// (docs/BENCHMARKS.md, "In-memory snapshots": `restore_s`, 1,048.6 MB in
+/// 0.402 s on this 2-core machine, two ranks restoring at once).
+pub const MEASURED_RESTORE_MB_S: f64 = 1048.6 / 0.402;
 /// Moving one rank's state between agents over TCP, digest included
-/// (docs/BENCHMARKS.md, "In-memory snapshots": `replica_s`, 1 GiB in
-/// 2.643 s, the median on this machine, where two agents share 23 GB).
-pub const MEASURED_REPLICA_MB_S: f64 = 1073.7 / 2.643;
+/// (docs/BENCHMARKS.md, "In-memory snapshots": `replica_s`, 1,048.6 MB in
+/// 0.453 s, the median of steady replicas into reused memory).
+pub const MEASURED_REPLICA_MB_S: f64 = 1048.6 / 0.453;
 /// Training state per parameter: fp16 weights and gradients and fp32
 /// master weights, momentum and variance (the ZeRO paper's 16 bytes).
 pub const STATE_BYTES_PER_PARAMETER: f64 = 16.0;
