@@ -11,6 +11,9 @@ pub enum RemoteWriteError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    /// A token setting that cannot work; names the field.
+    #[error(transparent)]
+    Access(#[from] unicron_access::AccessError),
     #[error(transparent)]
     Bus(#[from] BusError),
     #[error("serving HTTP: {0}")]

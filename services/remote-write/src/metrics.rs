@@ -24,6 +24,13 @@ pub const SAMPLES_SKIPPED: Metric = Metric::counter(
     "unicron_remote_write_samples_skipped_total",
     "Remote-write samples not published, by reason (stale, too_large).",
 );
+/// Requests refused before any sample was published, by `reason`
+/// (`missing`, `malformed`, `unknown_token`: 401; `foreign_cluster`: a
+/// series of a cluster the token does not write, 403).
+pub const REJECTED: Metric = Metric::counter(
+    "unicron_remote_write_rejected_total",
+    "Remote-write requests refused for their credentials or for a cluster their token does not write, by reason.",
+);
 /// Seconds from a request's arrival to its answer.
 pub const REQUEST_SECONDS: Metric = Metric::histogram(
     "unicron_remote_write_request_seconds",
@@ -36,5 +43,6 @@ pub const METRICS: &[Metric] = &[
     SAMPLES,
     SERIES_SKIPPED,
     SAMPLES_SKIPPED,
+    REJECTED,
     REQUEST_SECONDS,
 ];

@@ -1,6 +1,7 @@
 //! The HTTP endpoint: `POST /api/v1/write`, one request at a time into
 //! Kafka, answered after the broker acknowledged it.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use prost::Message as _;
+use unicron_access::{Gate, Grant, REALM};
 use unicron_bus::consumer::InboundRecord;
 use unicron_bus::dlq::DeadLetterSink;
 use unicron_bus::{BusError, Outbound, Producer};
@@ -23,7 +25,7 @@ use unicron_core::TelemetryBatch;
 use crate::convert::{Converted, convert, split_to_fit};
 use crate::error::RemoteWriteError;
 use crate::metrics::{
-    METRICS, REQUEST_SECONDS, REQUESTS, SAMPLES, SAMPLES_SKIPPED, SERIES_SKIPPED,
+    METRICS, REJECTED, REQUEST_SECONDS, REQUESTS, SAMPLES, SAMPLES_SKIPPED, SERIES_SKIPPED,
 };
 use crate::proto::WriteRequest;
 use crate::settings::RemoteWriteSettings;
@@ -43,6 +45,7 @@ struct Shared {
     dlq: DeadLetterSink,
     codec: AvroCodec<TelemetryBatch>,
     labels: LabelMap,
+    gate: Gate,
     max_body_bytes: usize,
     max_decoded_bytes: usize,
     max_record_bytes: usize,
@@ -80,6 +83,7 @@ impl Receiver {
         settings: &RemoteWriteSettings,
     ) -> Result<Receiver, RemoteWriteError> {
         settings.validate()?;
+        let gate = Gate::load("remote_write.tokens", &settings.tokens, settings.listen)?;
         unicron_bus::metrics::describe_all(METRICS);
         unicron_bus::metrics::register(SERVICE);
         let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -109,6 +113,7 @@ impl Receiver {
             dlq,
             codec: AvroCodec::default(),
             labels: settings.labels.clone(),
+            gate,
             max_body_bytes: settings.max_body_bytes,
             max_decoded_bytes: settings.max_decoded_bytes,
             max_record_bytes: kafka.max_record_bytes,
@@ -155,6 +160,19 @@ impl Receiver {
     }
 }
 
+/// The label map a request of `grant` is read with: a token bound to one
+/// cluster makes that cluster the default, so its senders need no label.
+fn bound_labels<'a>(labels: &'a LabelMap, grant: &Grant) -> Cow<'a, LabelMap> {
+    match grant.scope.single() {
+        Some(cluster) if cluster != labels.default_cluster => {
+            let mut bound = labels.clone();
+            bound.default_cluster = cluster.to_string();
+            Cow::Owned(bound)
+        }
+        _ => Cow::Borrowed(labels),
+    }
+}
+
 /// Binds and serves until `shutdown` completes.
 pub async fn run(
     kafka: &KafkaConfig,
@@ -183,6 +201,14 @@ async fn write(
     }
     if answer.status == StatusCode::NO_CONTENT {
         StatusCode::NO_CONTENT.into_response()
+    } else if answer.status == StatusCode::UNAUTHORIZED {
+        let challenge = format!("Basic realm=\"{REALM}\", Bearer realm=\"{REALM}\"");
+        (
+            answer.status,
+            [(header::WWW_AUTHENTICATE, challenge)],
+            format!("{}\n", answer.text),
+        )
+            .into_response()
     } else {
         (answer.status, format!("{}\n", answer.text)).into_response()
     }
@@ -190,6 +216,16 @@ async fn write(
 
 impl Shared {
     async fn handle(&self, peer: SocketAddr, headers: &HeaderMap, body: Body) -> Answer {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let grant = match self.gate.check(authorization) {
+            Ok(grant) => grant,
+            Err(denied) => {
+                ::metrics::counter!(REJECTED.name, "reason" => denied.reason()).increment(1);
+                return Answer::new(StatusCode::UNAUTHORIZED, denied.to_string());
+            }
+        };
         if let Some(refused) = check_headers(headers) {
             return refused;
         }
@@ -220,7 +256,23 @@ impl Shared {
             Ok(request) => request,
             Err(reason) => return self.refuse(peer, &body, reason).await,
         };
-        let converted = convert(request, &self.labels);
+        let converted = convert(request, &bound_labels(&self.labels, grant));
+        if let Some(foreign) = converted
+            .batches
+            .iter()
+            .find(|b| !grant.scope.allows(&b.cluster))
+        {
+            ::metrics::counter!(REJECTED.name, "reason" => "foreign_cluster").increment(1);
+            let reason = format!(
+                "foreign_cluster: a series of cluster {:?} (node {:?}), which the token {:?} does not write",
+                foreign.cluster, foreign.node, grant.name
+            );
+            let answer = self.refuse(peer, &body, reason).await;
+            return match answer.status {
+                StatusCode::BAD_REQUEST => Answer::new(StatusCode::FORBIDDEN, answer.text),
+                _ => answer,
+            };
+        }
         count_skipped(&converted);
         if converted.series_kept == 0 && converted.no_node > 0 {
             let reason = format!(

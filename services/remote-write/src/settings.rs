@@ -1,6 +1,7 @@
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
+use unicron_access::TokenConfig;
 use unicron_codec::formats::LabelMap;
 
 use crate::error::RemoteWriteError;
@@ -24,6 +25,11 @@ pub struct RemoteWriteSettings {
     /// before it is answered 503 (Prometheus then sends it again). Below
     /// Prometheus' `remote_timeout` (30 s by default), so the answer is ours.
     pub send_timeout_s: f64,
+    /// Who may post (`[[remote_write.tokens]]`): a token bound to one
+    /// cluster makes every series it sends that cluster's (series without
+    /// a cluster label get it; a series naming another is refused with the
+    /// whole request, 403). Required unless `listen` is a loopback address.
+    pub tokens: Vec<TokenConfig>,
 }
 
 impl Default for RemoteWriteSettings {
@@ -34,6 +40,7 @@ impl Default for RemoteWriteSettings {
             max_body_bytes: 16 << 20,
             max_decoded_bytes: 64 << 20,
             send_timeout_s: 25.0,
+            tokens: Vec::new(),
         }
     }
 }

@@ -51,7 +51,8 @@ async fn post(addr: SocketAddr, body: Vec<u8>) -> (u16, String) {
 }
 
 /// POSTs `body` with `headers` (each ending in CRLF).
-async fn post_with(addr: SocketAddr, headers: &'static str, body: Vec<u8>) -> (u16, String) {
+async fn post_with(addr: SocketAddr, headers: impl Into<String>, body: Vec<u8>) -> (u16, String) {
+    let headers: String = headers.into();
     tokio::task::spawn_blocking(move || {
         let mut stream = std::net::TcpStream::connect(addr).unwrap();
         write!(
@@ -296,6 +297,107 @@ async fn a_taken_address_names_itself() {
         .to_string();
     assert!(
         error.starts_with(&format!("cannot listen on {}: ", settings.listen)),
+        "{error}"
+    );
+}
+
+/// Prometheus' headers with `Authorization: Bearer TOKEN`.
+fn with_token(token: &str) -> String {
+    format!(
+        "Content-Encoding: snappy\r\nContent-Type: application/x-protobuf\r\n\
+         X-Prometheus-Remote-Write-Version: 0.1.0\r\nAuthorization: Bearer {token}\r\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_bound_to_a_cluster_writes_that_cluster_only() {
+    let (broker, kafka) = embedded_with_topics();
+    let brokers = broker.bootstrap_servers().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let token = |name: &str, text: &str, clusters: &[&str]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        unicron_access::TokenConfig {
+            name: name.into(),
+            token_file: path,
+            clusters: clusters.iter().map(|c| c.to_string()).collect(),
+        }
+    };
+    let settings = RemoteWriteSettings {
+        tokens: vec![token("prometheus-a", "token-of-cluster-a-0001\n", &["a"])],
+        ..RemoteWriteSettings::default()
+    };
+    let running = start(&kafka, &brokers, settings).await;
+    let telemetry = reader(&kafka, &brokers, "telemetry");
+    let dlq = reader(&kafka, &brokers, "dlq");
+    let xid = dcgm("node-1", "0", "DCGM_FI_DEV_XID_ERRORS");
+    let own = || body(vec![series(&as_refs(&xid), &[(79.0, 1_000)])]);
+
+    // No token, or a wrong one: 401, nothing published.
+    let (status, text) = post(running.addr, own()).await;
+    assert_eq!(
+        (status, text.as_str()),
+        (401, "no credentials: send `Authorization: Bearer TOKEN`")
+    );
+    let (status, text) =
+        post_with(running.addr, with_token("token-of-cluster-b-0001"), own()).await;
+    assert_eq!((status, text.as_str()), (401, "unknown token"));
+
+    // Series without a cluster label are the token's cluster's.
+    let (status, text) =
+        post_with(running.addr, with_token("token-of-cluster-a-0001"), own()).await;
+    assert_eq!(status, 204, "{text}");
+    let batches: Vec<TelemetryBatch> = read_records(&telemetry, 1, WAIT).await;
+    assert_eq!(
+        (batches[0].cluster.as_str(), batches[0].node.as_str()),
+        ("a", "node-1")
+    );
+
+    // A series claiming cluster b: the whole request is refused (403) and
+    // dead-lettered with the reason; its own series are not published.
+    let mut forged = dcgm("node-9", "0", "DCGM_FI_DEV_XID_ERRORS");
+    forged.push(("cluster".into(), "b".into()));
+    let mixed = body(vec![
+        series(&as_refs(&xid), &[(79.0, 2_000)]),
+        series(&as_refs(&forged), &[(79.0, 2_000)]),
+    ]);
+    let (status, text) =
+        post_with(running.addr, with_token("token-of-cluster-a-0001"), mixed).await;
+    assert_eq!(status, 403, "{text}");
+    assert!(
+        text.starts_with("foreign_cluster: a series of cluster \"b\""),
+        "{text}"
+    );
+    let letters: Vec<DeadLetter> = read_records(&dlq, 1, WAIT).await;
+    assert!(
+        letters[0].error.starts_with("foreign_cluster: "),
+        "{}",
+        letters[0].error
+    );
+    // The next good write is the next telemetry record: nothing of b came.
+    let (status, _) = post_with(running.addr, with_token("token-of-cluster-a-0001"), own()).await;
+    assert_eq!(status, 204);
+    let next: Vec<TelemetryBatch> = read_records(&telemetry, 1, WAIT).await;
+    assert_eq!(next[0].cluster, "a");
+    assert_eq!(next[0].samples[0].time_ms, 1_000);
+    stop_service(running.stop, running.task, WAIT).await;
+    drop(broker);
+}
+
+#[tokio::test]
+async fn listening_beyond_loopback_needs_a_token() {
+    let settings = RemoteWriteSettings {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        ..RemoteWriteSettings::default()
+    };
+    let error = Receiver::bind(&KafkaConfig::default(), "127.0.0.1:9", &settings)
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        error
+            .to_string()
+            .starts_with("remote_write.tokens: required when listening on 0.0.0.0:0"),
         "{error}"
     );
 }

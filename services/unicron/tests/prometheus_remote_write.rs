@@ -1,7 +1,8 @@
 //! Prometheus in front of unicron, for real: Debian's Prometheus (2.42)
 //! scrapes two dcgm-exporter pages served here every second and remote-writes
 //! them, through the shipped `deploy/prometheus/remote-write.yml` block, to
-//! `unicron remote-write`; `unicron detector` reads the telemetry topic. One
+//! `unicron remote-write` with its bearer token, which the receiver binds to
+//! the cluster; `unicron detector` reads the telemetry topic. One
 //! GPU then gets an Xid 79 and a double-bit ECC error on its page: the
 //! detector must report both on that node and GPU, and nothing before. The
 //! time from the page change to each failure is printed (the target: one
@@ -124,7 +125,7 @@ fn serve_page(page: Arc<Mutex<String>>) -> SocketAddr {
 
 /// The Prometheus configuration: the two pages every second, and the
 /// shipped remote_write block aimed at `receiver` with a 1-s batch deadline.
-fn prometheus_config(targets: &[SocketAddr], receiver: SocketAddr) -> String {
+fn prometheus_config(targets: &[SocketAddr], receiver: SocketAddr, token: &Path) -> String {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let shipped: Yaml = yaml_serde::from_str(
         &std::fs::read_to_string(repo.join("deploy/prometheus/remote-write.yml")).unwrap(),
@@ -133,6 +134,7 @@ fn prometheus_config(targets: &[SocketAddr], receiver: SocketAddr) -> String {
     let mut writer = shipped["remote_write"][0].clone();
     writer["url"] = Yaml::from(format!("http://{receiver}/api/v1/write"));
     writer["queue_config"]["batch_send_deadline"] = Yaml::from("1s");
+    writer["authorization"]["credentials_file"] = Yaml::from(token.display().to_string());
     let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
     let mut config: Yaml = yaml_serde::from_str(&format!(
         "global:\n  scrape_interval: {SCRAPE_S}s\n  scrape_timeout: {SCRAPE_S}s\n  \
@@ -186,11 +188,16 @@ fn prometheus_remote_write_of_dcgm_pages_reaches_the_detector() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let config = dir.join("unicron.toml");
+    // The receiver lets in this Prometheus' token only, bound to its cluster.
+    let token = dir.join("prometheus.token");
+    std::fs::write(&token, "prometheus-token-of-the-cluster\n").unwrap();
     std::fs::write(
         &config,
         format!(
             "[kafka]\nbrokers = \"{brokers}\"\nsession.timeout.ms = 6000\n\
-             [metrics]\nenabled = false\n[detector]\ninputs = []\n"
+             [metrics]\nenabled = false\n[detector]\ninputs = []\n\
+             [[remote_write.tokens]]\nname = \"prometheus\"\ntoken_file = {token:?}\n\
+             clusters = [\"{CLUSTER}\"]\n"
         ),
     )
     .unwrap();
@@ -219,7 +226,11 @@ fn prometheus_remote_write_of_dcgm_pages_reaches_the_detector() {
     ];
     let targets: Vec<SocketAddr> = pages.iter().map(|p| serve_page(p.clone())).collect();
     let prometheus_yml = dir.join("prometheus.yml");
-    std::fs::write(&prometheus_yml, prometheus_config(&targets, receiver)).unwrap();
+    std::fs::write(
+        &prometheus_yml,
+        prometheus_config(&targets, receiver, &token),
+    )
+    .unwrap();
     let web = free_addr();
     let _prometheus = spawn_listening(
         Command::new(&prometheus)
