@@ -127,15 +127,28 @@ pub async fn serve_status(
         }
         _ => config.status.index_dir.clone(),
     };
+    let gate = unicron_access::Gate::load("status.tokens", &config.status.tokens, listen)
+        .map_err(|e| crate::usage::UsageError(e.to_string()))?;
+    // Said on the line an operator reads first: who can open the page.
+    let access = if gate.is_open() {
+        "no tokens: loopback only".to_string()
+    } else {
+        format!("{} tokens", gate.len())
+    };
     let server = crate::status::start(
         listen,
+        gate,
         &config.kafka,
         brokers,
         config.planner.tuning.clone(),
         &index_dir,
     )
     .await?;
-    println!("status: http://{}/{}", server.addr, moved_note(moved));
+    let note = match moved {
+        Some(port) => format!("port {port} is in use; {access}"),
+        None => access,
+    };
+    println!("status: http://{}/ ({note})", server.addr);
     Ok(Some(server))
 }
 

@@ -1138,6 +1138,14 @@ fn kubernetes_state_and_keys_are_mounted_where_the_config_says() {
                 let key_file = effective(&config, &env, "planner.signing_key_file")
                     .expect("planner.signing_key_file");
                 pod.file(&k8s, &key_file);
+                // Beyond loopback the page needs its tokens, from a Secret.
+                let table: toml::Table = config.parse().unwrap();
+                let tokens = table["status"]["tokens"].as_array().expect("status.tokens");
+                assert!(!tokens.is_empty(), "the planner's status page has no token");
+                for t in tokens {
+                    let file = pod.file(&k8s, t["token_file"].as_str().unwrap());
+                    assert!(file.starts_with("REPLACE_WITH"), "a template: {file}");
+                }
             }
             "executor" => persistent("executor.state_dir"),
             "archiver" => persistent("archiver.dir"),

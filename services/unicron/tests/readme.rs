@@ -199,7 +199,10 @@ fn busy_default_ports_move_and_chosen_ones_fail_in_one_line() {
     );
     assert!(!metrics.contains(":9898/"), "{metrics}");
     let status = stdout.lines().find(|l| l.starts_with("status: ")).unwrap();
-    assert!(status.ends_with("/ (port 8080 is in use)"), "{status}");
+    assert!(
+        status.ends_with("/ (port 8080 is in use; no tokens: loopback only)"),
+        "{status}"
+    );
 
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let chosen = held.local_addr().unwrap().to_string();

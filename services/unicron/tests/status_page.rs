@@ -72,7 +72,10 @@ fn up_with_status_page() -> (common::Running, String, String) {
         .and_then(|l| l.strip_prefix("broker: ").map(str::to_string))
         .expect("`unicron up` printed no `broker:` line first");
     let url = lines
-        .find_map(|line| line.strip_prefix("status: ").map(str::to_string))
+        .find_map(|line| {
+            let rest = line.strip_prefix("status: ")?;
+            rest.split_whitespace().next().map(str::to_string)
+        })
         .expect("`unicron up` printed no `status:` line");
     // Keep reading: `up` must not find its progress output closed.
     std::thread::spawn(move || lines.for_each(drop));
@@ -205,4 +208,131 @@ fn the_page_explains_a_command_as_explain_from_the_log_does() {
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
     panic!("the page and `explain --incidents` never agreed: {last:#?}");
+}
+
+/// Beyond loopback the page wants a token: none or a wrong one is a 401
+/// with a challenge (a browser prompts), a token of every cluster sees the
+/// simulated cluster, and a tenant's token sees its own clusters only
+/// (another's is answered as one that does not exist). Liveness probes
+/// need none; with no token configured, `up` refuses the address in one line.
+#[test]
+fn beyond_loopback_the_page_needs_a_token_and_a_tenant_sees_its_clusters() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_unicron"))
+        .current_dir(dir.path())
+        .args(["up", "--no-sim", "--no-archive", "--duration", "1s"])
+        .args(["--status", "0.0.0.0:0"])
+        .env("UNICRON_METRICS__LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("error: status.tokens: required when listening on 0.0.0.0:0")),
+        "{stderr}"
+    );
+
+    let token = |name: &str| {
+        let path = dir.path().join(format!("{name}.token"));
+        std::fs::write(&path, format!("{name}-secret-token-0123\n")).unwrap();
+        path
+    };
+    let config = dir.path().join("unicron.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[status]\nlisten = \"0.0.0.0:0\"\n\
+             [[status.tokens]]\nname = \"ops\"\ntoken_file = {:?}\n\
+             [[status.tokens]]\nname = \"team-sim\"\ntoken_file = {:?}\nclusters = [\"sim\"]\n\
+             [[status.tokens]]\nname = \"team-other\"\ntoken_file = {:?}\nclusters = [\"other\"]\n",
+            token("ops"),
+            token("team-sim"),
+            token("team-other")
+        ),
+    )
+    .unwrap();
+    let mut up = Command::new(env!("CARGO_BIN_EXE_unicron"))
+        .current_dir(repo())
+        .env_remove("RUST_LOG")
+        .env("UNICRON_METRICS__LISTEN", "127.0.0.1:0")
+        .args(["--config", config.to_str().unwrap()])
+        .args([
+            "up",
+            "--trace",
+            "tools/traces/example.csv",
+            "--duration",
+            "120s",
+        ])
+        .args(["--no-archive"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = up.stdout.take().unwrap();
+    let _running = common::Running(up);
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let status = lines
+        .find(|l| l.starts_with("status: "))
+        .expect("`unicron up` printed no `status:` line");
+    std::thread::spawn(move || lines.for_each(drop));
+    assert!(status.ends_with("/ (3 tokens)"), "{status}");
+    let port = status
+        .trim_start_matches("status: http://0.0.0.0:")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let address = format!("127.0.0.1:{port}");
+    let get = |path: &str, token: Option<&str>| {
+        let header = token.map_or(String::new(), |t| {
+            format!("Authorization: Bearer {t}-secret-token-0123\r\n")
+        });
+        common::http_get_with(&address, path, &header)
+    };
+
+    assert!(get("/healthz", None).starts_with("HTTP/1.1 200"));
+    let anonymous = get("/api/status", None);
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+    assert!(
+        anonymous
+            .to_ascii_lowercase()
+            .contains("www-authenticate: basic realm=\"unicron\""),
+        "{anonymous}"
+    );
+    assert!(get("/", Some("stranger")).starts_with("HTTP/1.1 401"));
+
+    // The simulated cluster, once the page has read it.
+    let clusters_of = |token: &str| -> Vec<String> {
+        let reply = get("/api/status", Some(token));
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+        let value: serde_json::Value =
+            serde_json::from_str(reply.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        value["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let seen = common::wait_for(
+        "the page to read the cluster",
+        std::time::Duration::from_secs(60),
+        || {
+            let c = clusters_of("ops");
+            (!c.is_empty()).then_some(c)
+        },
+    );
+    assert_eq!(seen, ["sim"]);
+    assert_eq!(clusters_of("team-sim"), ["sim"]);
+    assert!(clusters_of("team-other").is_empty());
+    assert!(get("/api/clusters/sim", Some("team-sim")).starts_with("HTTP/1.1 200"));
+    assert!(get("/api/clusters/sim", Some("team-other")).starts_with("HTTP/1.1 404"));
+    let incidents = get("/api/incidents", Some("team-other"));
+    assert_eq!(
+        incidents.split("\r\n\r\n").nth(1),
+        Some("[]"),
+        "{incidents}"
+    );
 }

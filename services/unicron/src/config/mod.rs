@@ -201,6 +201,10 @@ pub struct StatusConfig {
     /// when the page starts. `unicron up` uses its run's state directory
     /// unless this is set.
     pub index_dir: PathBuf,
+    /// Who may read the page and its API (`[[status.tokens]]`); a token
+    /// with `clusters` sees those clusters only. Required unless `listen`
+    /// is a loopback address.
+    pub tokens: Vec<unicron_access::TokenConfig>,
 }
 
 impl Default for StatusConfig {
@@ -209,6 +213,7 @@ impl Default for StatusConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             enabled: true,
             index_dir: PathBuf::from("unicron-state/status"),
+            tokens: Vec::new(),
         }
     }
 }

@@ -8,6 +8,9 @@
 //! detail, a page of incidents.
 //! Explain chains come from an index in RocksDB (`[status] index_dir`) that
 //! the reader fills as records arrive, so a click reads no log.
+//! Beyond loopback every request but `/healthz` needs a token of
+//! `[[status.tokens]]` (Bearer, or a browser's Basic prompt); a token bound
+//! to clusters is answered about those clusters only.
 
 mod feed;
 
@@ -15,13 +18,16 @@ use std::net::SocketAddr;
 use std::path::Path as FsPath;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, Query, State};
+use axum::Extension;
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
+use unicron_access::{Gate, Grant, REALM, Scope};
 use unicron_codec::KafkaConfig;
 use unicron_core::planner::PlannerConfig;
 use unicron_core::status::{ClusterSummary, ClusterView, Entry, INCIDENTS, Incident, StatusView};
@@ -92,6 +98,7 @@ impl StatusServer {
 /// planner's own configuration.
 pub async fn start(
     listen: SocketAddr,
+    gate: Gate,
     kafka: &KafkaConfig,
     brokers: &str,
     tuning: PlannerConfig,
@@ -112,7 +119,6 @@ pub async fn start(
     };
     let app = Router::new()
         .route("/", get(|| async { Html(PAGE) }))
-        .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/status", get(status))
         .route("/api/clusters/{id}", get(cluster))
         .route("/api/incidents", get(incidents))
@@ -120,7 +126,10 @@ pub async fn start(
         .route("/api/timeline", get(timeline))
         .route("/api/explain/{id}", get(explain_json))
         .route("/explain/{id}", get(explain_text))
-        .with_state(state);
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(Arc::new(gate), admit))
+        // Outside the gate: liveness probes carry no token.
+        .route("/healthz", get(|| async { "ok\n" }));
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "status page stopped");
@@ -139,6 +148,34 @@ pub async fn start(
     })
 }
 
+/// Lets a request in with its grant, or answers 401 with a challenge a
+/// browser turns into a prompt.
+async fn admit(State(gate): State<Arc<Gate>>, mut request: Request, next: Next) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match gate.check(authorization) {
+        Ok(grant) => {
+            let grant = grant.clone();
+            request.extensions_mut().insert(grant);
+            next.run(request).await
+        }
+        Err(denied) => {
+            tracing::debug!(reason = denied.reason(), "status page request refused");
+            (
+                StatusCode::UNAUTHORIZED,
+                [(
+                    header::WWW_AUTHENTICATE,
+                    format!("Basic realm=\"{REALM}\", charset=\"UTF-8\""),
+                )],
+                format!("{denied}\n"),
+            )
+                .into_response()
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct StatusReply {
     /// Every cluster in summary form; `/api/clusters/{id}` has the rest.
@@ -150,19 +187,36 @@ struct StatusReply {
     detector_timers_held: Vec<String>,
 }
 
-async fn status(State(state): State<AppState>) -> Json<StatusReply> {
+async fn status(
+    State(state): State<AppState>,
+    Extension(grant): Extension<Grant>,
+) -> Json<StatusReply> {
     let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
+    let mut clusters = view.summaries();
+    clusters.retain(|c| grant.scope.allows(&c.id));
     Json(StatusReply {
-        clusters: view.summaries(),
+        clusters,
         last_seq: view.last_seq(),
-        incidents: view.incident_log().len(),
+        incidents: match grant.scope {
+            Scope::All => view.incident_log().len(),
+            Scope::Clusters(_) => view
+                .incidents(None, INCIDENTS)
+                .iter()
+                .filter(|i| grant.scope.allows(&i.cluster))
+                .count(),
+        },
         detector_timers_held: view.detector_timers_held(),
     })
 }
 
-async fn cluster(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+async fn cluster(
+    State(state): State<AppState>,
+    Extension(grant): Extension<Grant>,
+    Path(id): Path<String>,
+) -> Response {
     let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
-    match view.cluster(&id) {
+    // Another tenant's cluster is answered as one that does not exist.
+    match view.cluster(&id).filter(|_| grant.scope.allows(&id)) {
         Some(cluster) => Json::<ClusterView>(cluster).into_response(),
         None => (StatusCode::NOT_FOUND, "no such cluster in the log\n").into_response(),
     }
@@ -178,23 +232,31 @@ struct IncidentsQuery {
 
 async fn incidents(
     State(state): State<AppState>,
+    Extension(grant): Extension<Grant>,
     Query(query): Query<IncidentsQuery>,
 ) -> Json<Vec<Incident>> {
     let limit = query.limit.unwrap_or(DEFAULT_INCIDENTS).min(INCIDENTS);
     let cluster = query.cluster.as_deref().filter(|c| !c.is_empty());
     let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
-    Json(view.incidents(cluster, limit))
+    let mut out = view.incidents(cluster, INCIDENTS);
+    out.retain(|i| grant.scope.allows(&i.cluster));
+    out.truncate(limit);
+    Json(out)
 }
 
 /// Unclassified-error templates, newest first (`?cluster=&limit=`).
 async fn unclassified(
     State(state): State<AppState>,
+    Extension(grant): Extension<Grant>,
     Query(query): Query<IncidentsQuery>,
 ) -> Json<Vec<unicron_core::UnclassifiedTemplate>> {
     let limit = query.limit.unwrap_or(DEFAULT_INCIDENTS).min(MAX_ENTRIES);
     let cluster = query.cluster.as_deref().filter(|c| !c.is_empty());
     let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
-    Json(view.unclassified(cluster, limit))
+    let mut out = view.unclassified(cluster, usize::MAX);
+    out.retain(|t| grant.scope.allows(&t.cluster));
+    out.truncate(limit);
+    Json(out)
 }
 
 #[derive(Deserialize)]
@@ -207,36 +269,45 @@ struct TimelineQuery {
 
 async fn timeline(
     State(state): State<AppState>,
+    Extension(grant): Extension<Grant>,
     Query(query): Query<TimelineQuery>,
 ) -> Json<Vec<Entry>> {
     let limit = query.limit.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES);
     let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
-    Json(view.timeline_after(query.after, limit))
+    let mut out = view.timeline_after(query.after, limit);
+    out.retain(|e| grant.scope.allows(&e.cluster));
+    Json(out)
 }
 
 /// The chain from the index: what `unicron explain --from-kafka` prints
 /// for the log read so far.
-async fn chain(state: AppState, id: String) -> Result<Chain, Response> {
+async fn chain(state: AppState, grant: &Grant, id: String) -> Result<Chain, Response> {
     let found = tokio::task::spawn_blocking(move || state.index.chain(&id)).await;
     match found {
-        Ok(Ok(Some(chain))) => Ok(chain),
-        Ok(Ok(None)) => {
-            Err((StatusCode::NOT_FOUND, "no such command in the log\n").into_response())
-        }
+        Ok(Ok(Some(chain))) if grant.scope.allows(&chain.command.cluster) => Ok(chain),
+        Ok(Ok(_)) => Err((StatusCode::NOT_FOUND, "no such command in the log\n").into_response()),
         Ok(Err(e)) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()),
         Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()),
     }
 }
 
-async fn explain_json(State(state): State<AppState>, Path(id): Path<String>) -> Response {
-    match chain(state, id).await {
+async fn explain_json(
+    State(state): State<AppState>,
+    Extension(grant): Extension<Grant>,
+    Path(id): Path<String>,
+) -> Response {
+    match chain(state, &grant, id).await {
         Ok(chain) => Json(chain).into_response(),
         Err(response) => response,
     }
 }
 
-async fn explain_text(State(state): State<AppState>, Path(id): Path<String>) -> Response {
-    match chain(state, id).await {
+async fn explain_text(
+    State(state): State<AppState>,
+    Extension(grant): Extension<Grant>,
+    Path(id): Path<String>,
+) -> Response {
+    match chain(state, &grant, id).await {
         Ok(chain) => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             crate::explain::text(&chain),

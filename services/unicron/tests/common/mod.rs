@@ -17,6 +17,20 @@ pub fn http_get(address: &str, path: &str) -> String {
     reply
 }
 
+/// A plain HTTP/1.1 GET with extra headers (each ending in CRLF).
+pub fn http_get_with(address: &str, path: &str, headers: &str) -> String {
+    let mut stream =
+        std::net::TcpStream::connect(address).unwrap_or_else(|e| panic!("connect {address}: {e}"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
 /// Stops the child on every exit path, a failed assertion included.
 pub struct Running(pub std::process::Child);
 
