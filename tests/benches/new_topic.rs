@@ -104,6 +104,7 @@ async fn measure(name: &str, broker: &Broker<'_>) {
                 signal: None,
                 labels: LabelMap::default(),
                 optional: true,
+                cluster: None,
             })
             .collect(),
         ..DetectorSettings::default()

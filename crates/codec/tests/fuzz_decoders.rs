@@ -931,6 +931,7 @@ fn inputs() -> Vec<ExternalInput> {
                 signal,
                 labels: LabelMap::default(),
                 optional: false,
+                cluster: None,
             });
         }
     }
@@ -1162,6 +1163,7 @@ fn external(format: InputFormat, signal: Option<Signal>) -> ExternalInput {
         signal,
         labels: LabelMap::default(),
         optional: false,
+        cluster: None,
     }
 }
 

@@ -59,6 +59,13 @@ pub const RULES_RELOADS: Metric = Metric::counter(
 );
 
 /// Every metric the detector exports.
+/// Records whose observations were refused, by `reason` (`foreign_cluster`:
+/// a topic bound to one cluster carried another's).
+pub const REJECTED: Metric = Metric::counter(
+    "unicron_detector_rejected_total",
+    "Records refused in part or whole and dead-lettered, by reason (foreign_cluster: another cluster's on a topic bound to one).",
+);
+
 pub const METRICS: &[Metric] = &[
     FAILURES,
     TIMERS_HELD,
@@ -71,4 +78,5 @@ pub const METRICS: &[Metric] = &[
     DETECTION_LATENCY,
     WARM_UP_RECORDS,
     RULES_RELOADS,
+    REJECTED,
 ];

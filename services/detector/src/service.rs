@@ -26,7 +26,7 @@ use unicron_runtime::{
 use crate::discovery::with_topic_discovery;
 use crate::error::DetectorError;
 use crate::holds::{IdleTicks, LagGuard, OutageHold};
-use crate::metrics::{IDLE_TICKS, LAG_GUARD, METRICS, ROUND_SECONDS, TIMERS_HELD};
+use crate::metrics::{IDLE_TICKS, LAG_GUARD, METRICS, REJECTED, ROUND_SECONDS, TIMERS_HELD};
 use crate::rules_watch::RulesWatch;
 use crate::settings::{DetectorService, DetectorSettings};
 use crate::warm_up::WarmUpSource;
@@ -255,6 +255,10 @@ impl Processor for DetectorProcessor {
             .inputs
             .extend(inputs_of(record, decoded.observations, record.caught_up));
         for problem in decoded.problems {
+            if problem.starts_with(formats::FOREIGN_CLUSTER) {
+                ::metrics::counter!(REJECTED.name, "reason" => formats::FOREIGN_CLUSTER)
+                    .increment(1);
+            }
             step.dead_letter(problem);
         }
         Ok(Applied::Done)

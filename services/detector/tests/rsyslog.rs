@@ -19,6 +19,9 @@ use unicron_core::{DetectorRound, FailureEvent, FailureKind};
 use unicron_detector::DetectorSettings;
 
 const TOPIC: &str = "rsyslog";
+/// The cluster the topic is bound to: its rsyslog's lines are this
+/// cluster's, and a record claiming another is refused.
+const CLUSTER: &str = "site-a";
 /// The node rsyslog reports (its `localHostname`).
 const NODE: &str = "gpu-node-17";
 
@@ -111,6 +114,7 @@ async fn through_rsyslog(broker: &str, kafka: &KafkaConfig, brokers: &str) {
             signal: None,
             labels: LabelMap::default(),
             optional: true,
+            cluster: Some(CLUSTER.into()),
         }],
         ..DetectorSettings::default()
     };
@@ -166,6 +170,26 @@ async fn through_rsyslog(broker: &str, kafka: &KafkaConfig, brokers: &str) {
         }
         assert!(Instant::now() < deadline, "the detector never read {TOPIC}");
     }
+    // A writer of the topic claims another cluster's node (an Xid there):
+    // dead-lettered with the reason. Nothing of it becomes a failure: each
+    // failure read below is the next line's, of this topic's cluster.
+    let dlq = Consumer::new(kafka, brokers, "t-dlq").unwrap();
+    dlq.subscribe(&[&kafka.topic("dlq")]).unwrap();
+    let forged = br#"{"@timestamp":"2026-12-04T16:50:06Z","host":"gpu-node-3","cluster":"site-b","message":"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."}"#;
+    unicron_bus::Producer::new(kafka, brokers)
+        .unwrap()
+        .send_bytes(TOPIC, b"gpu-node-3", forged)
+        .await
+        .unwrap();
+    let letters: Vec<unicron_core::DeadLetter> =
+        unicron_bus::testing::read_records(&dlq, 1, Duration::from_secs(60)).await;
+    assert!(
+        letters[0]
+            .error
+            .starts_with(r#"foreign_cluster: 1 observations of cluster "site-b""#),
+        "{:?}",
+        letters[0]
+    );
     for (line, kind) in LINES {
         let appended = Instant::now();
         append(&log, line);
@@ -176,8 +200,8 @@ async fn through_rsyslog(broker: &str, kafka: &KafkaConfig, brokers: &str) {
             appended.elapsed().as_secs_f64()
         );
         assert_eq!(
-            (got[0].kind, got[0].node.as_deref()),
-            (kind, Some(NODE)),
+            (got[0].kind, got[0].node.as_deref(), got[0].cluster.as_str()),
+            (kind, Some(NODE), CLUSTER),
             "{:?}",
             got[0]
         );
@@ -190,6 +214,7 @@ async fn through_rsyslog(broker: &str, kafka: &KafkaConfig, brokers: &str) {
             got[0].evidence
         );
     }
+
     unicron_bus::testing::stop_service(stop, task, Duration::from_secs(30)).await;
 }
 

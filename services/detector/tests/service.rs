@@ -264,6 +264,7 @@ async fn otlp_from_the_opentelemetry_sdk_is_detected_in_proto_and_json() {
             signal: Some(signal),
             labels: Default::default(),
             optional: false,
+            cluster: None,
         });
     }
     let detector = h.start(settings);
@@ -343,6 +344,7 @@ async fn json_formats_produced_by_kcat_are_detected_and_bad_ones_dead_lettered()
             signal: None,
             labels: Default::default(),
             optional: false,
+            cluster: None,
         });
     }
     let detector = h.start(settings);
@@ -520,6 +522,7 @@ async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
             signal,
             labels: Default::default(),
             optional: false,
+            cluster: None,
         });
     }
     let mut runner = TestRunner::new_with_rng(

@@ -93,6 +93,14 @@ pub struct ExternalInput {
     /// picked up when it is created later).
     #[serde(default)]
     pub optional: bool,
+    /// The one cluster this topic carries: a pipeline (rsyslog, the
+    /// OpenTelemetry Collector) bound to a cluster by its topic, which
+    /// Kafka's ACLs let only that cluster's principal write. Records
+    /// without a cluster attribute (or naming `labels.default_cluster`)
+    /// are its; observations naming another cluster are dropped and the
+    /// record dead-lettered `foreign_cluster: ...`.
+    #[serde(default)]
+    pub cluster: Option<String>,
 }
 
 impl ExternalInput {
@@ -106,6 +114,7 @@ impl ExternalInput {
             signal,
             labels: LabelMap::default(),
             optional: true,
+            cluster: None,
         };
         vec![
             optional(
@@ -122,6 +131,11 @@ impl ExternalInput {
     pub fn validate(&self) -> Result<(), String> {
         if self.topic.is_empty() {
             return Err("topic: must not be empty".into());
+        }
+        if self.cluster.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            return Err(
+                "cluster: must not be empty (leave it out for a topic of many clusters)".into(),
+            );
         }
         if self.format.needs_signal() && self.signal.is_none() {
             return Err(format!(
@@ -157,7 +171,7 @@ pub fn decode(input: &ExternalInput, payload: &[u8]) -> Decoded {
         return Decoded::failed("empty record".into());
     }
     let labels = &input.labels;
-    match (input.format, input.signal) {
+    let decoded = match (input.format, input.signal) {
         (InputFormat::OtlpProto, Some(Signal::Metrics)) => otlp::metrics_proto(payload, labels),
         (InputFormat::OtlpProto, Some(Signal::Logs)) => otlp::logs_proto(payload, labels),
         (InputFormat::OtlpJson, Some(Signal::Metrics)) => otlp::metrics_json(payload, labels),
@@ -169,8 +183,43 @@ pub fn decode(input: &ExternalInput, payload: &[u8]) -> Decoded {
         (InputFormat::VectorJson, _) => vector::decode(payload, labels),
         (InputFormat::FluentBitJson, _) => fluent_bit::decode(payload, labels),
         (InputFormat::RsyslogJson, _) => rsyslog::decode(payload, labels),
+    };
+    match &input.cluster {
+        Some(bound) => decoded.bound_to(bound, &labels.default_cluster),
+        None => decoded,
     }
 }
+
+impl Decoded {
+    /// What of it belongs to `bound`: the default cluster (no attribute
+    /// named one) becomes `bound`; another cluster's observations go, and
+    /// the record is dead-lettered with the reason.
+    fn bound_to(mut self, bound: &str, default: &str) -> Decoded {
+        let mut foreign = BTreeMap::<String, usize>::new();
+        self.observations.retain_mut(|o| {
+            let cluster = o.cluster();
+            if cluster == bound {
+                return true;
+            }
+            if cluster == default {
+                o.set_cluster(bound);
+                return true;
+            }
+            *foreign.entry(cluster.to_string()).or_default() += 1;
+            false
+        });
+        for (cluster, n) in foreign {
+            self.problems.push(format!(
+                "{FOREIGN_CLUSTER}: {n} observations of cluster {cluster:?} on a topic bound to cluster {bound:?}"
+            ));
+        }
+        self
+    }
+}
+
+/// The reason a record is dead-lettered with when it speaks for a cluster
+/// its topic is not bound to (the first word of its dead letter).
+pub const FOREIGN_CLUSTER: &str = "foreign_cluster";
 
 /// Collects samples into one telemetry batch per (cluster, node), in order
 /// of first appearance.
@@ -368,4 +417,56 @@ fn flatten(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rsyslog(cluster: Option<&str>) -> ExternalInput {
+        ExternalInput {
+            topic: "site-a.rsyslog".into(),
+            format: InputFormat::RsyslogJson,
+            signal: None,
+            labels: LabelMap::default(),
+            optional: false,
+            cluster: cluster.map(str::to_string),
+        }
+    }
+
+    fn line(extra: &str) -> Vec<u8> {
+        format!(
+            r#"{{"@timestamp":"2026-12-04T16:50:06Z","host":"gpu-node-17"{extra},"message":"NCCL WARN Timeout"}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_topic_bound_to_a_cluster_carries_that_cluster_only() {
+        let bound = rsyslog(Some("a"));
+        // No cluster attribute: the topic's cluster.
+        let own = decode(&bound, &line(""));
+        assert!(own.problems.is_empty(), "{:?}", own.problems);
+        assert_eq!(own.observations[0].cluster(), "a");
+        assert_eq!(
+            decode(&bound, &line(r#","cluster":"a""#))
+                .observations
+                .len(),
+            1
+        );
+        // Claiming another cluster: dropped, with the reason.
+        let forged = decode(&bound, &line(r#","cluster":"b""#));
+        assert!(forged.observations.is_empty());
+        assert_eq!(
+            forged.problems,
+            [r#"foreign_cluster: 1 observations of cluster "b" on a topic bound to cluster "a""#]
+        );
+        // Unbound, the record's own word stands.
+        let free = decode(&rsyslog(None), &line(r#","cluster":"b""#));
+        assert_eq!(free.observations[0].cluster(), "b");
+        assert_eq!(
+            rsyslog(Some(" ")).validate().unwrap_err(),
+            "cluster: must not be empty (leave it out for a topic of many clusters)"
+        );
+    }
 }

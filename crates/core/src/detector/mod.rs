@@ -63,6 +63,16 @@ pub enum Observation {
 }
 
 impl Observation {
+    /// Re-homes it to `cluster` (an input bound to one cluster).
+    pub fn set_cluster(&mut self, cluster: &str) {
+        let slot = match self {
+            Observation::Log(r) => &mut r.cluster,
+            Observation::Telemetry(b) => &mut b.cluster,
+            Observation::Agent(e) => &mut e.cluster,
+        };
+        *slot = cluster.to_string();
+    }
+
     pub fn cluster(&self) -> &str {
         match self {
             Observation::Log(r) => &r.cluster,
