@@ -1,12 +1,14 @@
 //! `unicron classify`: the detector's log rules over stdin, one JSON object
 //! per input line, so operators can test a rule change against their logs.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 
 use serde::Serialize;
 use unicron_core::detector::templates::{Sighting, Templates};
 use unicron_core::detector::{LogRules, learned};
+use unicron_core::{LogRecord, UnclassifiedTemplate};
 
 use crate::config::Config;
 use crate::usage::UsageError;
@@ -46,6 +48,7 @@ pub fn run(
     rules: Option<PathBuf>,
     explain: bool,
     templates: bool,
+    from_archive: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let mut settings = config.detector.clone();
     if rules.is_some() {
@@ -54,6 +57,16 @@ pub fn run(
     let rules = settings
         .rules()
         .map_err(|e| UsageError(e.to_string().replace("detector.rules_file", "--rules")))?;
+    if let Some(dir) = from_archive {
+        let topic = config.kafka.topic("logs");
+        let records = unicron_codec::archive::read_topic::<LogRecord>(&dir, &topic)
+            .map_err(|e| UsageError(format!("--from-archive: {}: {e}", dir.display())))?;
+        return archive_templates(
+            &rules,
+            records.iter().map(|a| &a.record),
+            std::io::stdout().lock(),
+        );
+    }
     if templates {
         return group_templates(&rules, std::io::stdin().lock(), std::io::stdout().lock());
     }
@@ -101,6 +114,54 @@ struct TemplateLine<'a> {
     learned: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     score: Option<f64>,
+}
+
+/// The error-marked lines no rule takes in an archive's log records, by
+/// cluster and template, most frequent first: each as the detector
+/// records it in its rounds (`UnclassifiedTemplate`).
+fn archive_templates<'a>(
+    rules: &LogRules,
+    records: impl Iterator<Item = &'a LogRecord>,
+    output: impl Write,
+) -> anyhow::Result<()> {
+    let mut by_cluster: BTreeMap<&str, Templates> = BTreeMap::new();
+    for r in records {
+        if let Some(learned) = rules.unclassified_error(&r.line) {
+            by_cluster
+                .entry(&r.cluster)
+                .or_insert_with(|| Templates::new(MAX_TEMPLATES))
+                .add(Sighting {
+                    line: &r.line,
+                    node: &r.node,
+                    job: r.job.as_deref(),
+                    time_ms: r.time_ms,
+                    learned,
+                });
+        }
+    }
+    let mut all: Vec<UnclassifiedTemplate> = by_cluster
+        .iter()
+        .flat_map(|(cluster, t)| t.most_frequent().into_iter().map(|t| t.to_record(cluster)))
+        .collect();
+    all.sort_by(|a, b| {
+        (b.count, b.last_ms, &a.cluster, &a.template).cmp(&(
+            a.count,
+            a.last_ms,
+            &b.cluster,
+            &b.template,
+        ))
+    });
+    let mut out = BufWriter::new(output);
+    for t in &all {
+        serde_json::to_writer(&mut out, t)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    let evicted: u64 = by_cluster.values().map(|t| t.evicted).sum();
+    if evicted > 0 {
+        eprintln!("{evicted} templates left out past the first {MAX_TEMPLATES} of a cluster");
+    }
+    Ok(())
 }
 
 /// The error-marked lines no rule takes, by template, most frequent first.
@@ -242,6 +303,61 @@ mod tests {
         assert_eq!(lines[1]["why"]["keyword"], "xid");
         assert_eq!(lines[1]["why"]["matched"], "NVRM: Xid (PCI:0000:3b:00): 79");
         assert_eq!(lines[1]["why"]["xid"], 79);
+    }
+
+    #[test]
+    fn archived_lines_group_by_cluster_with_nodes_jobs_and_times() {
+        let record = |cluster: &str, node: &str, time_ms: i64, line: &str| LogRecord {
+            cluster: cluster.into(),
+            node: node.into(),
+            time_ms,
+            source: "agent".into(),
+            job: Some("j1".into()),
+            rank: None,
+            gpu: None,
+            line: line.into(),
+            attributes: Default::default(),
+        };
+        let records = [
+            record("a", "n1", 1_000, "disk 1 failed on node7"),
+            record("a", "n2", 2_000, "disk 2 failed on node8"),
+            record("b", "m1", 1_500, "disk 3 failed on node9"),
+            record("a", "n1", 3_000, "NCCL INFO all fine"),
+        ];
+        let mut out = Vec::new();
+        archive_templates(&LogRules::builtin(), records.iter(), &mut out).unwrap();
+        let got: Vec<UnclassifiedTemplate> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let summary: Vec<_> = got
+            .iter()
+            .map(|t| {
+                (
+                    t.cluster.as_str(),
+                    t.count,
+                    t.first_ms,
+                    t.last_ms,
+                    t.nodes.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "a",
+                    2,
+                    1_000,
+                    2_000,
+                    vec!["n1".to_string(), "n2".to_string()]
+                ),
+                ("b", 1, 1_500, 1_500, vec!["m1".to_string()]),
+            ]
+        );
+        assert_eq!(got[0].jobs, ["j1"]);
+        assert_eq!(got[0].template, "disk <*> failed on <*>");
     }
 
     #[test]

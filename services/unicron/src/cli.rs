@@ -78,6 +78,10 @@ pub enum Command {
         /// JSON object per template, most frequent first (docs/detector.md).
         #[arg(long, conflicts_with = "explain")]
         templates: bool,
+        /// With --templates: read the log lines of an archive directory
+        /// (docs/archive.md) instead of stdin, by cluster, with nodes, jobs and times.
+        #[arg(long, value_name = "DIR", requires = "templates")]
+        from_archive: Option<PathBuf>,
     },
     /// Learn the detector's second tier from a corpus of labelled lines
     /// (`kind<TAB>source<TAB>line`) and write the model (docs/detector.md).
@@ -170,7 +174,8 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
             rules,
             explain,
             templates,
-        } => crate::classify::run(&config, rules, explain, templates),
+            from_archive,
+        } => crate::classify::run(&config, rules, explain, templates, from_archive),
         Command::TrainClassifier { corpus, out } => crate::classify::train(&corpus, &out),
         Command::Replay(args) => crate::replay::run(&config, config_given, args),
         #[cfg(feature = "simulator")]
