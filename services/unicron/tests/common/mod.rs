@@ -5,16 +5,7 @@ use std::io::{Read, Write};
 
 /// A plain HTTP/1.1 GET; the whole reply, status line first.
 pub fn http_get(address: &str, path: &str) -> String {
-    let mut stream =
-        std::net::TcpStream::connect(address).unwrap_or_else(|e| panic!("connect {address}: {e}"));
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).unwrap();
-    reply
+    http_get_with(address, path, "")
 }
 
 /// A plain HTTP/1.1 GET with extra headers (each ending in CRLF).
