@@ -179,7 +179,18 @@ impl StatusView {
 
     /// Timeline entries with `seq > after`, oldest first, at most `limit`.
     pub fn timeline_after(&self, after: u64, limit: usize) -> Vec<Entry> {
-        self.timeline.after(after, limit)
+        self.timeline.after(after, limit, |_| true)
+    }
+
+    /// The same, of the clusters `keep` allows: up to `limit` of theirs,
+    /// however many of other clusters' entries lie between.
+    pub fn timeline_after_of(
+        &self,
+        after: u64,
+        limit: usize,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<Entry> {
+        self.timeline.after(after, limit, |e| keep(&e.cluster))
     }
 
     /// The newest timeline position (0 before the first entry).

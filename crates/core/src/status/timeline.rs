@@ -73,10 +73,15 @@ impl Timeline {
     }
 
     /// Entries with `seq > after`, oldest first, at most `limit`.
-    pub(super) fn after(&self, after: u64, limit: usize) -> Vec<Entry> {
+    pub(super) fn after(
+        &self,
+        after: u64,
+        limit: usize,
+        keep: impl Fn(&Entry) -> bool,
+    ) -> Vec<Entry> {
         self.entries
             .iter()
-            .filter(|e| e.seq > after)
+            .filter(|e| e.seq > after && keep(e))
             .take(limit)
             .cloned()
             .collect()
@@ -85,5 +90,36 @@ impl Timeline {
     /// The newest position (0 before the first entry).
     pub(super) fn last_seq(&self) -> u64 {
         self.next_seq - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filtered_page_reaches_past_other_clusters_entries() {
+        let mut t = Timeline::new();
+        for i in 0..10 {
+            t.push(
+                EntryKind::Failure,
+                "a",
+                i,
+                &format!("a{i}"),
+                String::new(),
+                &(),
+            );
+        }
+        t.push(EntryKind::Failure, "b", 10, "b0", String::new(), &());
+        // Three entries a page: unfiltered, b's is not on the first.
+        assert!(t.after(0, 3, |_| true).iter().all(|e| e.cluster == "a"));
+        let of_b = t.after(0, 3, |e| e.cluster == "b");
+        assert_eq!(
+            of_b.iter()
+                .map(|e| (e.id.as_str(), e.seq))
+                .collect::<Vec<_>>(),
+            [("b0", 11)]
+        );
+        assert!(t.after(11, 3, |e| e.cluster == "b").is_empty());
     }
 }

@@ -274,9 +274,7 @@ async fn timeline(
 ) -> Json<Vec<Entry>> {
     let limit = query.limit.unwrap_or(MAX_ENTRIES).min(MAX_ENTRIES);
     let view = state.view.lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = view.timeline_after(query.after, limit);
-    out.retain(|e| grant.scope.allows(&e.cluster));
-    Json(out)
+    Json(view.timeline_after_of(query.after, limit, |c| grant.scope.allows(c)))
 }
 
 /// The chain from the index: what `unicron explain --from-kafka` prints
