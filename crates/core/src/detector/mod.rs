@@ -19,6 +19,7 @@ pub mod correlate;
 pub mod learned;
 pub mod markers;
 pub mod metric_rules;
+mod observation;
 mod observe;
 pub mod progress;
 mod round;
@@ -28,9 +29,7 @@ mod timers;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::records::{
-    AgentEvent, DetectionMethod, Evidence, FailureEvent, LogRecord, TelemetryBatch,
-};
+use crate::records::{DetectionMethod, Evidence, FailureEvent};
 use crate::taxonomy::{FailureKind, Severity};
 
 use clock::{ClusterClock, SourceClocks};
@@ -39,6 +38,7 @@ use config::ms;
 pub use config::{CounterRule, DetectorConfig, GaugeRule};
 use correlate::{Candidate, Correlator, Group, Offer};
 use metric_rules::MetricState;
+pub use observation::Observation;
 use progress::JobProgress;
 pub use round::{IDLE_TICK_NODE, ROUND_UNCLASSIFIED, RoundOutput};
 pub use rules::{Classified, Explanation, LogRules, RulesError};
@@ -52,51 +52,6 @@ pub struct SourceRecord {
     pub partition: i32,
     pub offset: i64,
     pub index: u32,
-}
-
-/// One thing the detector observes.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Observation {
-    Log(LogRecord),
-    Telemetry(TelemetryBatch),
-    Agent(AgentEvent),
-}
-
-impl Observation {
-    /// Re-homes it to `cluster` (an input bound to one cluster).
-    pub fn set_cluster(&mut self, cluster: &str) {
-        let slot = match self {
-            Observation::Log(r) => &mut r.cluster,
-            Observation::Telemetry(b) => &mut b.cluster,
-            Observation::Agent(e) => &mut e.cluster,
-        };
-        *slot = cluster.to_string();
-    }
-
-    pub fn cluster(&self) -> &str {
-        match self {
-            Observation::Log(r) => &r.cluster,
-            Observation::Telemetry(b) => &b.cluster,
-            Observation::Agent(e) => &e.cluster,
-        }
-    }
-
-    pub fn node(&self) -> &str {
-        match self {
-            Observation::Log(r) => &r.node,
-            Observation::Telemetry(b) => &b.node,
-            Observation::Agent(e) => &e.node,
-        }
-    }
-
-    /// The event time inputs are ordered by: the newest time it carries.
-    pub fn time_ms(&self) -> i64 {
-        match self {
-            Observation::Log(r) => r.time_ms,
-            Observation::Agent(a) => a.time_ms,
-            Observation::Telemetry(t) => t.samples.iter().map(|s| s.time_ms).max().unwrap_or(0),
-        }
-    }
 }
 
 /// One input: an observation and its source record.
