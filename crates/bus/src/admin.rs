@@ -83,6 +83,25 @@ fn retention_ms(config: &KafkaConfig, spec: &TopicSpec) -> i64 {
         .unwrap_or(spec.retention_ms)
 }
 
+/// With `kafka.cluster_topics`, creates `cluster`'s own ingress topics
+/// that are missing: every writer of a cluster calls it before it writes
+/// (its principal may create topics under the cluster's prefix). Without,
+/// nothing.
+pub async fn ensure_cluster_topics(
+    config: &KafkaConfig,
+    brokers: &str,
+    cluster: &str,
+) -> Result<Vec<TopicReport>, BusError> {
+    if !config.cluster_topics {
+        return Ok(Vec::new());
+    }
+    unicron_codec::check_cluster_id(cluster).map_err(|reason| BusError::Setting {
+        field: "cluster",
+        reason,
+    })?;
+    ensure_topics(config, brokers, &Topology::builtin().of_cluster(cluster)).await
+}
+
 /// Creates the topics of `topology` that are missing on the cluster at
 /// `brokers`. Idempotent: existing topics are reported as such. Asks the
 /// cluster's metadata first, so against a broker without CreateTopics (the

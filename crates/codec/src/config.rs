@@ -36,6 +36,12 @@ pub struct KafkaConfig {
     /// `min.insync.replicas` of the topics it creates; unset: one less
     /// than `replication_factor` (at least 1).
     pub min_insync_replicas: Option<i32>,
+    /// Each cluster's writers (agents, executors, watchers) write their
+    /// inputs to topics of their own, `<prefix>in.<cluster>.<name>`, which
+    /// a principal of that cluster alone may be allowed to write;
+    /// `unicron ingress` passes on what speaks for the topic's cluster and
+    /// dead-letters the rest (docs/operations.md, "Tenants").
+    pub cluster_topics: bool,
     /// librdkafka properties, passed through.
     #[serde(flatten)]
     pub properties: BTreeMap<String, PropertyValue>,
@@ -64,6 +70,7 @@ impl Default for KafkaConfig {
             retention_ms: BTreeMap::new(),
             replication_factor: 3,
             min_insync_replicas: None,
+            cluster_topics: false,
             properties: BTreeMap::new(),
         }
     }

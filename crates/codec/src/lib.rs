@@ -27,5 +27,5 @@ pub use error::CodecError;
 pub use planner_input::PlannerInputs;
 pub use record::InboundRecord;
 pub use record_types::ForRecord;
-pub use topic::{Subscription, Topic, Topics};
+pub use topic::{Subscription, Topic, Topics, check_cluster_id};
 pub use topology::{TopicSpec, Topology, check_retention_ms};

@@ -38,6 +38,11 @@ pub fn check_retention_ms(ms: i64) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Partitions of each of a cluster's own ingress topics.
+pub const CLUSTER_TOPIC_PARTITIONS: i32 = 3;
+/// Retention of a cluster's own ingress topics: a day.
+pub const CLUSTER_TOPIC_RETENTION_MS: i64 = 86_400_000;
+
 /// All topics, in file order.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,6 +62,30 @@ impl Topology {
             toml::from_str(text).map_err(|e| CodecError::Topology(e.message().to_string()))?;
         topology.validate()?;
         Ok(topology)
+    }
+
+    /// `cluster`'s own copies of the ingress topics (`kafka.cluster_topics`),
+    /// named without the prefix (`in.<cluster>.<name>`). `unicron ingress`
+    /// passes their records on within seconds and the shared topics keep
+    /// them, so a day's retention covers an outage of the ingress, and
+    /// three partitions a cluster's rate (a node's records keep their
+    /// order: one key, one partition).
+    pub fn of_cluster(&self, cluster: &str) -> Topology {
+        let topics = self
+            .topics
+            .iter()
+            .filter(|s| crate::Topic::INGRESS.iter().any(|t| t.suffix() == s.name))
+            .map(|s| TopicSpec {
+                name: format!("in.{cluster}.{}", s.name),
+                partitions: s.partitions.min(CLUSTER_TOPIC_PARTITIONS),
+                retention_ms: CLUSTER_TOPIC_RETENTION_MS,
+                producers: vec![format!("{} of {cluster}", s.producers.join(", "))],
+                consumers: vec!["ingress".into()],
+                co_partition_group: None,
+                ..s.clone()
+            })
+            .collect();
+        Topology { topics }
     }
 
     pub fn get(&self, name: &str) -> Option<&TopicSpec> {

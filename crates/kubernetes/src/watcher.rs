@@ -58,7 +58,10 @@ pub async fn run_watcher(
     let kube = Kube::connect(&settings.api()).await?;
     let producer = Producer::new(kafka, brokers)
         .map_err(|e| KubeError::Config(format!("kafka producer: {e}")))?;
-    let topics = Topics::new(kafka);
+    unicron_bus::admin::ensure_cluster_topics(kafka, brokers, &settings.cluster)
+        .await
+        .map_err(|e| KubeError::Config(format!("kafka topics of the cluster: {e}")))?;
+    let topics = Topics::bound(kafka, &settings.cluster);
     let cluster_topic = topics.name(Topic::Cluster).to_string();
     let logs_topic = topics.name(Topic::Logs).to_string();
     let cluster_codec = AvroCodec::<ClusterEvent>::default();

@@ -30,8 +30,17 @@ pub struct Outputs {
 
 impl Outputs {
     pub fn new(kafka: &KafkaConfig) -> Outputs {
+        Outputs::for_cluster(kafka, None)
+    }
+
+    /// The outputs of a service writing for `cluster` (its own ingress
+    /// topics, when it has them).
+    pub fn for_cluster(kafka: &KafkaConfig, cluster: Option<&str>) -> Outputs {
         Outputs {
-            topics: Topics::new(kafka),
+            topics: match cluster {
+                Some(cluster) => Topics::bound(kafka, cluster),
+                None => Topics::new(kafka),
+            },
             dlq_payload_bytes: kafka.dlq_payload_bytes,
         }
     }

@@ -10,6 +10,7 @@
 //! `quinn-proto` driven by `quinn`: the processor does no consumer or
 //! producer I/O of its own.
 
+mod discovery;
 mod driver;
 mod error;
 mod in_flight;
@@ -23,6 +24,7 @@ mod processor;
 mod runtime;
 mod step;
 
+pub use discovery::with_topic_discovery;
 pub use driver::{Outputs, drive};
 pub use error::RuntimeError;
 pub use io::{Positions, Sink, Source};

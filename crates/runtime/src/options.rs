@@ -88,6 +88,10 @@ pub struct RuntimeOptions {
     /// round trip per batch rather than per record. The bound caps how long
     /// a batch's first record waits for its commit.
     pub max_batch: usize,
+    /// The cluster the service writes for (an agent's, an executor's):
+    /// with `kafka.cluster_topics` its outputs to the ingress topics go to
+    /// that cluster's own ([`unicron_codec::Topics::bound`]).
+    pub cluster: Option<String>,
 }
 
 impl RuntimeOptions {
@@ -105,6 +109,7 @@ impl RuntimeOptions {
             durability,
             on_stop: OnStop::Stop,
             max_batch: DEFAULT_MAX_BATCH,
+            cluster: None,
         }
     }
 }

@@ -56,7 +56,7 @@ pub async fn run<P: Processor>(
         &source,
         &producer,
         options,
-        &Outputs::new(kafka),
+        &Outputs::for_cluster(kafka, options.cluster.as_deref()),
         processor,
         shutdown,
     )

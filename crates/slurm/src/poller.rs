@@ -98,7 +98,16 @@ pub async fn run_poller(
         status: "not created".into(),
         message: e.to_string(),
     })?;
-    let topic = Topics::new(kafka).name(Topic::Cluster).to_string();
+    unicron_bus::admin::ensure_cluster_topics(kafka, brokers, &settings.cluster)
+        .await
+        .map_err(|e| SlurmError::Failed {
+            command: "kafka topics of the cluster".into(),
+            status: "not created".into(),
+            message: e.to_string(),
+        })?;
+    let topic = Topics::bound(kafka, &settings.cluster)
+        .name(Topic::Cluster)
+        .to_string();
     let codec = AvroCodec::<ClusterEvent>::default();
     let mut seen = Seen::default();
     let mut ticks = tokio::time::interval(Duration::from_secs_f64(settings.poll_interval_s));

@@ -75,10 +75,12 @@ pub async fn run(
         );
     }
     let (reporter, queue) = Reporter::new(&settings);
+    unicron_bus::admin::ensure_cluster_topics(kafka, brokers, &settings.cluster).await?;
     let producer = Arc::new(Producer::new(kafka, brokers)?);
     let sender = tokio::spawn({
         let (kafka, producer) = (kafka.clone(), producer.clone());
-        async move { send_all(&kafka, producer, queue).await }
+        let cluster = settings.cluster.clone();
+        async move { send_all(&kafka, &cluster, producer, queue).await }
     });
     if fenced > 0 {
         reporter.log(
@@ -115,7 +117,7 @@ pub async fn run(
     let carrier = AgentCarrier::new(settings.clone(), supervisor.clone(), started_ms);
     let name = format!("agent/{}", settings.node);
     let mut processor = CommandProcessor::new(gate, carrier, &name, &store)?;
-    let options = RuntimeOptions::new(
+    let mut options = RuntimeOptions::new(
         SERVICE,
         settings.group(),
         vec![Subscription::Topic(Topic::Commands)],
@@ -124,6 +126,7 @@ pub async fn run(
             start: StartFrom::StoredOffsets,
         },
     );
+    options.cluster = Some(settings.cluster.clone());
     tracing::info!(cluster = %settings.cluster, node = %settings.node, jobs = settings.jobs.len(), observe_only = settings.observe_only, "agent starting");
     // Under Slurm the agent is a job step: it ends with its job, so the
     // allocation is given back.

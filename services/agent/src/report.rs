@@ -134,13 +134,15 @@ impl Reporter {
 }
 
 /// Sends queued records until every [`Reporter`] is gone, keyed by node
-/// (cluster events by cluster, like every producer of that topic).
+/// (cluster events by cluster, like every producer of that topic), to
+/// `cluster`'s own topics when it has them.
 pub async fn send_all(
     kafka: &KafkaConfig,
+    cluster: &str,
     producer: Arc<Producer>,
     mut queue: mpsc::Receiver<Reported>,
 ) {
-    let topics = Topics::new(kafka);
+    let topics = Topics::bound(kafka, cluster);
     let name = |topic| Arc::<str>::from(topics.name(topic));
     let (logs, agent, cluster) = (name(Topic::Logs), name(Topic::Agent), name(Topic::Cluster));
     let (log_codec, agent_codec, cluster_codec) = (

@@ -11,7 +11,6 @@
 //! record that completed it, so a failure found again after a redelivery
 //! has the same id and the planner drops the repeat.
 
-mod discovery;
 mod error;
 mod holds;
 pub mod metrics;

@@ -21,9 +21,9 @@ use unicron_core::detector::{Detector, Observation};
 use unicron_core::{LogRecord, PartitionRef, TelemetryBatch};
 use unicron_runtime::{
     Applied, BatchEnd, BusStatus, Durability, Never, Processor, Reading, RuntimeOptions, Step,
+    with_topic_discovery,
 };
 
-use crate::discovery::with_topic_discovery;
 use crate::error::DetectorError;
 use crate::holds::{IdleTicks, LagGuard, OutageHold};
 use crate::metrics::{IDLE_TICKS, LAG_GUARD, METRICS, REJECTED, ROUND_SECONDS, TIMERS_HELD};

@@ -53,7 +53,7 @@ pub async fn run(
         backoff: settings.backoff,
     };
     let mut processor = CommandProcessor::new(gate, carrier, &settings.name, &store)?;
-    let options = RuntimeOptions::new(
+    let mut options = RuntimeOptions::new(
         SERVICE,
         settings.group(),
         vec![Subscription::Topic(Topic::Commands)],
@@ -62,6 +62,8 @@ pub async fn run(
             start: StartFrom::GroupOffsets,
         },
     );
+    options.cluster = Some(settings.cluster.clone());
+    unicron_bus::admin::ensure_cluster_topics(kafka, brokers, &settings.cluster).await?;
     tracing::info!(cluster = %settings.cluster, group = %options.group_id, state_dir = %settings.state_dir.display(), "executor starting");
     unicron_bus::metrics::describe_all(METRICS);
     unicron_runtime::run(kafka, brokers, &options, &mut processor, shutdown).await?;

@@ -22,7 +22,7 @@ const METADATA_MAX_AGE_MS: i64 = 15 * 60 * 1000;
 /// seed diverged. Pinning the age limit to librdkafka's default keeps a
 /// late refresh harmless; a deleted topic still leaves the cache at once,
 /// because the broker's answer says so.
-pub(crate) fn with_topic_discovery(kafka: &KafkaConfig, every_s: f64) -> KafkaConfig {
+pub fn with_topic_discovery(kafka: &KafkaConfig, every_s: f64) -> KafkaConfig {
     let mut kafka = kafka.clone();
     let set: Vec<String> = kafka
         .librdkafka_properties()

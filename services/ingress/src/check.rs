@@ -1,0 +1,111 @@
+//! The one rule of the ingress: a record on a cluster's own topic speaks
+//! for that cluster only. A function of the topic's name and the record's
+//! bytes, nothing else, so a second look at the same record gives the same
+//! verdict.
+
+use unicron_codec::formats::FOREIGN_CLUSTER;
+use unicron_codec::{AvroCodec, DecodeError, Topic, Topics};
+use unicron_core::{AgentEvent, ClusterEvent, CommandResult, LogRecord, TelemetryBatch};
+
+/// A record of a cluster's own topic, looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Checked {
+    /// It speaks for its topic's cluster: pass it on to `to`.
+    Pass { to: String },
+    /// It names another cluster: dead-letter it with `reason`.
+    Foreign { reason: String },
+}
+
+/// What to do with `payload`, read from the topic named `topic`. `None`:
+/// not a cluster's own topic (a subscription matched something else).
+pub fn check(topics: &Topics, topic: &str, payload: &[u8]) -> Option<Result<Checked, DecodeError>> {
+    let (cluster, kind) = topics.ingress_of(topic)?;
+    let claimed = match claimed_cluster(kind, payload) {
+        Ok(claimed) => claimed,
+        Err(error) => return Some(Err(error)),
+    };
+    Some(Ok(if claimed == cluster {
+        Checked::Pass {
+            to: topics.name(kind).to_string(),
+        }
+    } else {
+        Checked::Foreign {
+            reason: format!(
+                "{FOREIGN_CLUSTER}: a record of cluster {claimed:?} on {topic}, which only cluster {cluster:?} writes"
+            ),
+        }
+    }))
+}
+
+/// The cluster a record says it is about; the whole record is decoded, so
+/// one that would not decode downstream is refused here.
+fn claimed_cluster(kind: Topic, payload: &[u8]) -> Result<String, DecodeError> {
+    Ok(match kind {
+        Topic::Telemetry => {
+            AvroCodec::<TelemetryBatch>::default()
+                .decode(payload)?
+                .cluster
+        }
+        Topic::Logs => AvroCodec::<LogRecord>::default().decode(payload)?.cluster,
+        Topic::Agent => AvroCodec::<AgentEvent>::default().decode(payload)?.cluster,
+        Topic::Cluster => {
+            AvroCodec::<ClusterEvent>::default()
+                .decode(payload)?
+                .cluster
+        }
+        Topic::CommandResults => {
+            AvroCodec::<CommandResult>::default()
+                .decode(payload)?
+                .cluster
+        }
+        other => {
+            return Err(DecodeError::Invalid {
+                record: other.record().name(),
+                reason: "not a topic a cluster writes".into(),
+            });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use unicron_codec::KafkaConfig;
+    use unicron_core::ClusterEventKind;
+
+    fn node_down(cluster: &str, node: &str) -> Vec<u8> {
+        let mut event = ClusterEvent::new(cluster, 1_767_225_600_000, ClusterEventKind::NodeDown);
+        event.node = Some(node.into());
+        AvroCodec::<ClusterEvent>::default().encode(&event).unwrap()
+    }
+
+    #[test]
+    fn a_record_passes_to_the_shared_topic_only_for_its_own_cluster() {
+        let topics = Topics::new(&KafkaConfig {
+            cluster_topics: true,
+            ..KafkaConfig::default()
+        });
+        assert_eq!(
+            check(&topics, "unicron.in.a.cluster", &node_down("a", "n1")),
+            Some(Ok(Checked::Pass {
+                to: "unicron.cluster".into()
+            }))
+        );
+        let Some(Ok(Checked::Foreign { reason })) =
+            check(&topics, "unicron.in.a.cluster", &node_down("b", "n1"))
+        else {
+            panic!("b's node_down on a's topic passed");
+        };
+        assert!(reason.starts_with("foreign_cluster: "), "{reason}");
+        assert!(reason.contains("\"b\"") && reason.contains("unicron.in.a.cluster"));
+        // Bytes of another type on the cluster topic do not decode.
+        assert!(matches!(
+            check(&topics, "unicron.in.a.cluster", b"\x00\x00\x00\x00\x01junk"),
+            Some(Err(_))
+        ));
+        assert_eq!(
+            check(&topics, "unicron.cluster", &node_down("a", "n1")),
+            None
+        );
+    }
+}

@@ -1,0 +1,138 @@
+//! The ingress on the embedded broker: clusters' own topics in, the
+//! shared topics and the dead-letter topic out.
+
+use std::time::Duration;
+
+use unicron_bus::testing::{read_records, stop_service};
+use unicron_bus::{Consumer, EmbeddedBroker, Producer};
+use unicron_codec::{AvroCodec, KafkaConfig, Topic, Topics, Topology};
+use unicron_core::{ClusterEvent, ClusterEventKind, DeadLetter, LogRecord};
+use unicron_ingress::IngressSettings;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn node_down(cluster: &str, node: &str, time_ms: i64) -> ClusterEvent {
+    let mut event = ClusterEvent::new(cluster, time_ms, ClusterEventKind::NodeDown);
+    event.node = Some(node.into());
+    event
+}
+
+/// Cluster a's writer publishes its own node_down and, forged, one of
+/// cluster b's and an Xid line "from" b's node; b publishes its own. Only
+/// the two genuine ones reach the shared topics; the forgeries are dead
+/// letters that say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_pass_on_for_their_own_cluster_and_forgeries_are_dead_lettered() {
+    let broker = EmbeddedBroker::start(1).unwrap();
+    let mut kafka = KafkaConfig {
+        cluster_topics: true,
+        ..KafkaConfig::default()
+    };
+    kafka.properties.insert(
+        "session.timeout.ms".into(),
+        unicron_codec::config::PropertyValue::Int(6000),
+    );
+    let topology = Topology::builtin();
+    for t in [
+        topology.clone(),
+        topology.of_cluster("a"),
+        topology.of_cluster("b"),
+    ] {
+        broker.ensure_topics(&t, &kafka.topic_prefix).unwrap();
+    }
+    let brokers = broker.bootstrap_servers().to_string();
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn({
+        let (kafka, brokers) = (kafka.clone(), brokers.clone());
+        async move {
+            unicron_ingress::run(&kafka, &brokers, &IngressSettings::default(), async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        }
+    });
+
+    let producer = Producer::new(&kafka, &brokers).unwrap();
+    let (a, b) = (Topics::bound(&kafka, "a"), Topics::bound(&kafka, "b"));
+    let events = AvroCodec::<ClusterEvent>::default();
+    let t0 = 1_767_225_600_000;
+    let send_event = |topics: &Topics, event: ClusterEvent| {
+        let payload = events.encode(&event).unwrap();
+        let topic = topics.of::<ClusterEvent>().to_string();
+        let producer = producer.clone();
+        async move {
+            producer
+                .send_bytes(&topic, event.cluster.as_bytes(), &payload)
+                .await
+                .unwrap();
+        }
+    };
+    send_event(&a, node_down("a", "a-n1", t0)).await;
+    send_event(&a, node_down("b", "b-n1", t0 + 1)).await;
+    let xid = LogRecord {
+        cluster: "b".into(),
+        node: "b-n2".into(),
+        time_ms: t0 + 2,
+        source: "kernel".into(),
+        job: None,
+        rank: None,
+        gpu: None,
+        line: "NVRM: Xid (PCI:0000:07:00): 79, pid=1, GPU has fallen off the bus.".into(),
+        attributes: Default::default(),
+    };
+    producer
+        .send_bytes(
+            a.of::<LogRecord>(),
+            b"b-n2",
+            &AvroCodec::<LogRecord>::default().encode(&xid).unwrap(),
+        )
+        .await
+        .unwrap();
+    send_event(&b, node_down("b", "b-n3", t0 + 3)).await;
+
+    let shared = Topics::new(&kafka);
+    let cluster_reader = Consumer::new(&kafka, &brokers, "t-cluster").unwrap();
+    cluster_reader
+        .subscribe(&[shared.name(Topic::Cluster)])
+        .unwrap();
+    let mut passed: Vec<(String, Option<String>)> =
+        read_records::<ClusterEvent>(&cluster_reader, 2, WAIT)
+            .await
+            .into_iter()
+            .map(|e| (e.cluster, e.node))
+            .collect();
+    passed.sort();
+    assert_eq!(
+        passed,
+        vec![
+            ("a".to_string(), Some("a-n1".to_string())),
+            ("b".to_string(), Some("b-n3".to_string()))
+        ]
+    );
+    let dlq = Consumer::new(&kafka, &brokers, "t-dlq").unwrap();
+    dlq.subscribe(&[shared.name(Topic::Dlq)]).unwrap();
+    let mut letters = read_records::<DeadLetter>(&dlq, 2, WAIT).await;
+    letters.sort_by(|x, y| x.source_topic.cmp(&y.source_topic));
+    assert_eq!(letters[0].source_topic, "unicron.in.a.cluster");
+    assert_eq!(letters[1].source_topic, "unicron.in.a.logs");
+    for letter in &letters {
+        assert!(
+            letter
+                .error
+                .starts_with("foreign_cluster: a record of cluster \"b\""),
+            "{}",
+            letter.error
+        );
+    }
+    let logs = Consumer::new(&kafka, &brokers, "t-logs").unwrap();
+    logs.subscribe(&[shared.name(Topic::Logs)]).unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), logs.recv())
+            .await
+            .is_err(),
+        "the forged Xid line reached the shared logs topic"
+    );
+    stop_service(stop, task, WAIT).await;
+}
