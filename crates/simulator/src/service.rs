@@ -110,12 +110,13 @@ pub async fn start(
     let (stop, stopped) = watch::channel(false);
     let (ended, _) = watch::channel(false);
     let speed = config.speed;
+    // The simulated cluster's writers: its own topics when clusters have them.
+    let topics = Topics::bound(kafka, &config.cluster);
     let end_ms = end_s.map(|s| config.start_ms + (s * 1000.0) as i64);
     let shared = Arc::new(Shared {
         sim: Mutex::new(Sim::new(config, trace)),
         ended,
     });
-    let topics = Topics::new(kafka);
 
     let app = Router::new()
         .route("/actions", post(action))

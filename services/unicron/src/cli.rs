@@ -38,6 +38,11 @@ pub enum Command {
     Planner(crate::status::StatusArgs),
     /// Run the detector service against `kafka.brokers`.
     Detector,
+    /// Pass each cluster's own topics on to the shared ones, refusing records that speak
+    /// for another cluster (with `kafka.cluster_topics`; docs/operations.md, "Tenants").
+    Ingress,
+    /// Print the Kafka ACLs each unicron principal needs as `kafka-acls.sh` lines.
+    Acls(crate::acls::AclsArgs),
     /// Run the executor of `executor.cluster` against `kafka.brokers` (needs executor.cluster, .backend and .public_keys).
     Executor,
     /// Run a node agent: start and supervise the node's share of a training job's workers
@@ -120,6 +125,13 @@ pub enum TopicsCommand {
         /// Bootstrap servers; defaults to `kafka.brokers` of the configuration.
         #[arg(long, value_name = "HOST:PORT")]
         brokers: Option<String>,
+        /// Also (or, with --only-clusters, only) this cluster's own topics
+        /// (`kafka.cluster_topics`); repeat for several.
+        #[arg(long = "cluster", value_name = "ID")]
+        clusters: Vec<String>,
+        /// Create only the clusters' own topics, not the shared ones.
+        #[arg(long, requires = "clusters")]
+        only_clusters: bool,
     },
 }
 
@@ -146,8 +158,13 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
             command: TopicsCommand::List,
         } => crate::topics::list(&config),
         Command::Topics {
-            command: TopicsCommand::Create { brokers },
-        } => crate::topics::create(&config, brokers).await,
+            command:
+                TopicsCommand::Create {
+                    brokers,
+                    clusters,
+                    only_clusters,
+                },
+        } => crate::topics::create(&config, brokers, &clusters, only_clusters).await,
         Command::Keys {
             command: KeysCommand::Generate { out },
         } => crate::keys::generate(&out),
@@ -159,6 +176,8 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
         Command::Plan { input } => crate::plan::run(&input),
         Command::Planner(status) => crate::services::planner(&config, &status).await,
         Command::Detector => crate::services::detector(&config).await,
+        Command::Ingress => crate::services::ingress(&config).await,
+        Command::Acls(args) => crate::acls::run(&config, &args),
         Command::Executor => crate::services::executor(&config).await,
         Command::Archiver => crate::services::archiver(&config).await,
         Command::RemoteWrite(args) => crate::services::remote_write(&config, &args).await,

@@ -1,5 +1,6 @@
 //! `unicron`: every service and operator command behind one CLI.
 
+mod acls;
 mod agent;
 mod classify;
 mod cli;

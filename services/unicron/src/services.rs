@@ -222,6 +222,29 @@ pub async fn detector(config: &Config) -> anyhow::Result<()> {
         .context("detector")
 }
 
+/// `unicron ingress`: clusters' own topics into the shared ones, until Ctrl-C.
+pub async fn ingress(config: &Config) -> anyhow::Result<()> {
+    let (stop, brokers) = deployed(config, "ingress")?;
+    config
+        .ingress
+        .validate()
+        .map_err(|e| crate::usage::UsageError(format!("config: {e}")))?;
+    if !config.kafka.cluster_topics {
+        return Err(crate::usage::UsageError(
+            "config: kafka.cluster_topics: must be true for `unicron ingress` (clusters' own topics are what it reads)".into(),
+        )
+        .into());
+    }
+    println!(
+        "ingress: group {} on {brokers}, clusters' own topics {}in.<cluster>.*",
+        config.ingress.group_id, config.kafka.topic_prefix
+    );
+    let _metrics = serve_metrics(config, false).await?;
+    unicron_ingress::run(&config.kafka, &brokers, &config.ingress, stop.signalled())
+        .await
+        .context("ingress")
+}
+
 #[cfg(feature = "simulator")]
 /// The configured signer, or a fresh development key when none is
 /// configured (embedded mode only; the caller says so on its output).

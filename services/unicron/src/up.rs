@@ -84,7 +84,7 @@ pub struct UpArgs {
 }
 
 pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
-    let topology = Topology::builtin();
+    let mut topology = Topology::builtin();
     let prefix = &config.kafka.topic_prefix;
     let brokers = args
         .brokers
@@ -92,6 +92,21 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         .or_else(|| config.kafka.brokers.clone());
     let sim_config = sim_config(config, &args)?;
     let config = &with_isolation_limit(config, sim_config.as_ref());
+    // With clusters' own topics, the simulated cluster's and the
+    // executor's are made with the rest, and the ingress runs.
+    if config.kafka.cluster_topics {
+        let mut clusters = vec![config.executor.cluster.clone()];
+        clusters.extend(sim_config.as_ref().map(|s| s.cluster.clone()));
+        clusters.retain(|c| !c.is_empty());
+        clusters.dedup();
+        for cluster in clusters {
+            unicron_codec::check_cluster_id(&cluster)
+                .map_err(|why| crate::usage::UsageError(format!("config: cluster {why}")))?;
+            topology
+                .topics
+                .extend(Topology::builtin().of_cluster(&cluster).topics);
+        }
+    }
     let mut signals = crate::services::Stop::listen()?;
     let run_dir = run_dir(config, &args, brokers.is_none());
     std::fs::create_dir_all(&run_dir)
@@ -197,6 +212,18 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
             ""
         }
     );
+
+    if config.kafka.cluster_topics {
+        let (kafka, at, settings) = (
+            config.kafka.clone(),
+            bootstrap.clone(),
+            config.ingress.clone(),
+        );
+        services.spawn("ingress", StopOrder::WithTheRest, |shutdown| async move {
+            Ok(unicron_ingress::run(&kafka, &at, &settings, shutdown.wait()).await?)
+        });
+        println!("ingress: clusters' own topics {prefix}in.<cluster>.* into the shared ones");
+    }
 
     let detector = config.detector.build()?;
     let rule_count = detector.rules().len();

@@ -13,7 +13,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -69,24 +69,6 @@ allowed_lateness_s = 40.0
     .unwrap();
 }
 
-/// A self-signed certificate for 127.0.0.1: (cert, key).
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    run_ok(
-        Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            ])
-            .args(["-subj", "/CN=127.0.0.1"])
-            .args(["-addext", "subjectAltName=IP:127.0.0.1"])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert),
-    );
-    (cert, key)
-}
-
 /// TLS and SASL/SCRAM settings are librdkafka properties passed through
 /// `[kafka]`: against Kafka brokers whose client listener requires
 /// SCRAM-SHA-512 over TLS, the whole loop runs with the right CA and
@@ -99,20 +81,16 @@ fn tls_and_sasl_settings_pass_through_to_kafka() {
     };
     let _one = one_cluster();
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = certificate(dir.path());
+    let (cert, key) = common::certificate(dir.path());
     // Kafka reads its key and certificate from one PEM file.
-    let keystore = dir.path().join("keystore.pem");
-    let pem = [
-        std::fs::read_to_string(&key).unwrap(),
-        std::fs::read_to_string(&cert).unwrap(),
-    ]
-    .concat();
-    std::fs::write(&keystore, pem).unwrap();
+    let keystore = common::keystore(dir.path(), &cert, &key);
     let options = KafkaOptions {
         sasl_ssl: Some(SaslSsl {
             keystore_pem: keystore,
             user: "unicron".into(),
             password: "s3cret-pass".into(),
+            more_users: Vec::new(),
+            authorizer: false,
         }),
         ..KafkaOptions::default()
     };
@@ -162,7 +140,7 @@ fn tls_and_sasl_settings_pass_through_to_kafka() {
     // and a certificate that does not verify ends the TLS handshake:
     // either way one line names the brokers.
     let other_ca = tempfile::tempdir().unwrap();
-    let (stranger, _) = certificate(other_ca.path());
+    let (stranger, _) = common::certificate(other_ca.path());
     for (name, password, ca) in [
         ("wrong password", "wrong-pass", cert.as_path()),
         ("unknown CA", "s3cret-pass", stranger.as_path()),

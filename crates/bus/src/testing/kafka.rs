@@ -67,6 +67,12 @@ pub struct SaslSsl {
     pub keystore_pem: PathBuf,
     pub user: String,
     pub password: String,
+    /// More SCRAM users: (name, password).
+    pub more_users: Vec<(String, String)>,
+    /// Run Kafka's KRaft `StandardAuthorizer`: `user` (and the brokers'
+    /// own plaintext listeners) may do anything, everyone else only what
+    /// an ACL allows.
+    pub authorizer: bool,
 }
 
 /// The shape of a test cluster.
@@ -244,6 +250,14 @@ ssl.keystore.location={keystore}
                     keystore = sasl.keystore_pem.display(),
                 )),
             }
+            if let Some(sasl) = options.sasl_ssl.as_ref().filter(|s| s.authorizer) {
+                props.push_str(&format!(
+                    "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:{};User:ANONYMOUS
+",
+                    sasl.user
+                ));
+            }
             let config = data.join("server.properties");
             std::fs::write(&config, props).map_err(|e| io("server.properties", e))?;
             nodes.push(Node {
@@ -269,6 +283,22 @@ ssl.keystore.location={keystore}
         }
         cluster.wait_registered(n)?;
         Ok(cluster)
+    }
+
+    /// Writes an executable script at `path` that runs Kafka's tool
+    /// `main` (e.g. `org.apache.kafka.tools.AclCommand`, what `kafka-acls.sh` runs)
+    /// with this cluster's jars and the script's arguments.
+    pub fn tool_script(&self, main: &str, path: &Path) -> Result<(), KafkaError> {
+        let script = format!(
+            "#!/bin/sh\nexec '{}' -Xmx256m -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile='{}' -cp '{}/*' {main} \"$@\"\n",
+            java().display(),
+            self.dir.join("log4j2.yaml").display(),
+            self.libs.display()
+        );
+        std::fs::write(path, script).map_err(|e| KafkaError(format!("{}: {e}", path.display())))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| KafkaError(format!("{}: {e}", path.display())))
     }
 
     fn java_command(&self, jvm: &[String], main: &str) -> Command {
@@ -297,10 +327,13 @@ ssl.keystore.location={keystore}
                     .args(["format", "--ignore-formatted", "-t", CLUSTER_ID, "-c"])
                     .arg(&node.config);
                 if let Some(s) = sasl {
-                    command.arg("--add-scram").arg(format!(
-                        "SCRAM-SHA-512=[name={},password={}]",
-                        s.user, s.password
-                    ));
+                    for (user, password) in std::iter::once((&s.user, &s.password))
+                        .chain(s.more_users.iter().map(|(u, p)| (u, p)))
+                    {
+                        command
+                            .arg("--add-scram")
+                            .arg(format!("SCRAM-SHA-512=[name={user},password={password}]"));
+                    }
                 }
                 command
                     .stdout(Stdio::piped())

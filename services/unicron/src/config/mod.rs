@@ -29,6 +29,9 @@ pub struct Config {
     pub embedded: EmbeddedConfig,
     pub planner: PlannerSettings,
     pub detector: DetectorSettings,
+    /// `unicron ingress`: clusters' own topics into the shared ones
+    /// (`kafka.cluster_topics`).
+    pub ingress: unicron_ingress::IngressSettings,
     pub executor: ExecutorSettings,
     pub agent: unicron_agent::AgentSettings,
     /// `unicron slurm-watch`: Slurm's node and job state into the cluster topic.

@@ -174,3 +174,38 @@ pub fn need_torch() {
         "Debian's python3-torch is needed (.ci/run installs it)"
     );
 }
+
+/// A self-signed certificate for 127.0.0.1: (cert, key).
+pub fn certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=127.0.0.1"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "openssl: {out:?}");
+    (cert, key)
+}
+
+/// A PEM file with `key` then `cert`, as Kafka reads its keystore.
+pub fn keystore(
+    dir: &std::path::Path,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> std::path::PathBuf {
+    let keystore = dir.join("keystore.pem");
+    let pem = [
+        std::fs::read_to_string(key).unwrap(),
+        std::fs::read_to_string(cert).unwrap(),
+    ]
+    .concat();
+    std::fs::write(&keystore, pem).unwrap();
+    keystore
+}
