@@ -200,10 +200,11 @@ impl From<MetricKind> for Kind {
 }
 
 /// Every crate's registry: the metrics it declares and records.
-const REGISTRIES: [(&str, &[Metric]); 10] = [
+const REGISTRIES: [(&str, &[Metric]); 11] = [
     ("unicron-bus", unicron_bus::metrics::METRICS),
     ("unicron-commands", unicron_commands::METRICS),
     ("unicron-detector", unicron_detector::METRICS),
+    ("unicron-ingress", unicron_ingress::METRICS),
     ("unicron-planner", unicron_planner::METRICS),
     ("unicron-executor", unicron_executor::METRICS),
     ("unicron-agent", unicron_agent::METRICS),
