@@ -143,14 +143,18 @@ pub async fn ensure_topics(
         .iter()
         .zip(&retention)
         .map(|((name, spec), retention)| {
-            NewTopic::new(
+            let topic = NewTopic::new(
                 name,
                 spec.partitions,
                 TopicReplication::Fixed(config.replication_factor),
             )
             .set("cleanup.policy", &spec.cleanup_policy)
             .set("retention.ms", retention)
-            .set("min.insync.replicas", &min_isr)
+            .set("min.insync.replicas", &min_isr);
+            match &spec.timestamp_type {
+                Some(kind) => topic.set("message.timestamp.type", kind),
+                None => topic,
+            }
         })
         .collect();
     let admin: AdminClient<DefaultClientContext> = client_config.create()?;

@@ -27,6 +27,10 @@ pub struct TopicSpec {
     /// Topics in one group must have the same partition count (docs/design.md §3).
     #[serde(default)]
     pub co_partition_group: Option<String>,
+    /// Kafka's `message.timestamp.type` for the topics `unicron topics
+    /// create` makes; unset: the broker's default (`CreateTime`).
+    #[serde(default)]
+    pub timestamp_type: Option<String>,
 }
 
 /// Kafka's `retention.ms`: positive, or -1 for forever. The one rule for
@@ -82,6 +86,9 @@ impl Topology {
                 producers: vec![format!("{} of {cluster}", s.producers.join(", "))],
                 consumers: vec!["ingress".into()],
                 co_partition_group: None,
+                // The broker stamps each record: the ingress's budget runs
+                // on time no writer sets.
+                timestamp_type: Some("LogAppendTime".into()),
                 ..s.clone()
             })
             .collect();

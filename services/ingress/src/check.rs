@@ -7,34 +7,41 @@ use unicron_codec::formats::FOREIGN_CLUSTER;
 use unicron_codec::{AvroCodec, DecodeError, Topic, Topics};
 use unicron_core::{AgentEvent, ClusterEvent, CommandResult, LogRecord, TelemetryBatch};
 
-/// A record of a cluster's own topic, looked at.
+/// A record of a cluster's own topic, looked at: the topic's cluster
+/// (whose budget it spends, whatever it says) and the verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Checked {
+pub struct Checked {
+    pub cluster: String,
+    pub verdict: Verdict,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
     /// It speaks for its topic's cluster: pass it on to `to`.
     Pass { to: String },
-    /// It names another cluster: dead-letter it with `reason`.
-    Foreign { reason: String },
+    /// It names another cluster, or does not decode: dead-letter it with
+    /// `reason`.
+    Refuse { reason: String },
 }
 
 /// What to do with `payload`, read from the topic named `topic`. `None`:
 /// not a cluster's own topic (a subscription matched something else).
-pub fn check(topics: &Topics, topic: &str, payload: &[u8]) -> Option<Result<Checked, DecodeError>> {
+pub fn check(topics: &Topics, topic: &str, payload: &[u8]) -> Option<Checked> {
     let (cluster, kind) = topics.ingress_of(topic)?;
-    let claimed = match claimed_cluster(kind, payload) {
-        Ok(claimed) => claimed,
-        Err(error) => return Some(Err(error)),
-    };
-    Some(Ok(if claimed == cluster {
-        Checked::Pass {
+    let verdict = match claimed_cluster(kind, payload) {
+        Ok(claimed) if claimed == cluster => Verdict::Pass {
             to: topics.name(kind).to_string(),
-        }
-    } else {
-        Checked::Foreign {
+        },
+        Ok(claimed) => Verdict::Refuse {
             reason: format!(
                 "{FOREIGN_CLUSTER}: a record of cluster {claimed:?} on {topic}, which only cluster {cluster:?} writes"
             ),
-        }
-    }))
+        },
+        Err(error) => Verdict::Refuse {
+            reason: error.to_string(),
+        },
+    };
+    Some(Checked { cluster, verdict })
 }
 
 /// The cluster a record says it is about; the whole record is decoded, so
@@ -87,21 +94,30 @@ mod tests {
         });
         assert_eq!(
             check(&topics, "unicron.in.a.cluster", &node_down("a", "n1")),
-            Some(Ok(Checked::Pass {
-                to: "unicron.cluster".into()
-            }))
+            Some(Checked {
+                cluster: "a".into(),
+                verdict: Verdict::Pass {
+                    to: "unicron.cluster".into()
+                }
+            })
         );
-        let Some(Ok(Checked::Foreign { reason })) =
-            check(&topics, "unicron.in.a.cluster", &node_down("b", "n1"))
+        let Some(Checked {
+            cluster,
+            verdict: Verdict::Refuse { reason },
+        }) = check(&topics, "unicron.in.a.cluster", &node_down("b", "n1"))
         else {
             panic!("b's node_down on a's topic passed");
         };
+        assert_eq!(cluster, "a", "a's budget pays for it");
         assert!(reason.starts_with("foreign_cluster: "), "{reason}");
         assert!(reason.contains("\"b\"") && reason.contains("unicron.in.a.cluster"));
         // Bytes of another type on the cluster topic do not decode.
         assert!(matches!(
             check(&topics, "unicron.in.a.cluster", b"\x00\x00\x00\x00\x01junk"),
-            Some(Err(_))
+            Some(Checked {
+                verdict: Verdict::Refuse { .. },
+                ..
+            })
         ));
         assert_eq!(
             check(&topics, "unicron.cluster", &node_down("a", "n1")),

@@ -14,7 +14,7 @@ pub mod metrics;
 mod service;
 mod settings;
 
-pub use check::{Checked, check};
+pub use check::{Checked, Verdict, check};
 pub use error::IngressError;
 pub use metrics::METRICS;
 pub use service::{SERVICE, run};

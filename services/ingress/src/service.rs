@@ -1,22 +1,29 @@
 //! The ingress's step: a record of a cluster's own topic in; the same
-//! bytes on the shared topic, or a dead letter, out. No state, at least
-//! once: a record passed on twice after a crash is one the shared topics'
-//! readers already take twice (ids, dedupe).
+//! bytes on the shared topic, a dead letter, or (over the cluster's
+//! budget) nothing, out. No durable state, at least once: a record passed
+//! on twice after a crash is one the shared topics' readers already take
+//! twice (ids, dedupe).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use unicron_codec::{DecodeError, InboundRecord, KafkaConfig, Subscription, Topics};
+use unicron_core::ingress_budget::Budget;
 use unicron_runtime::{
     Applied, Durability, Never, Processor, RuntimeOptions, Step, with_topic_discovery,
 };
 
-use crate::check::{Checked, check};
+use crate::check::{Checked, Verdict, check};
 use crate::error::IngressError;
 use crate::metrics::{FORWARDED, METRICS, REJECTED};
 use crate::settings::IngressSettings;
 
 /// The ingress's name in readiness, logs and metrics.
 pub const SERVICE: &str = "ingress";
+
+/// A cluster over its budget is logged at its first dropped record and
+/// then once every this many.
+const LOG_DROPS_EVERY: u64 = 10_000;
 
 /// Runs the ingress until `shutdown` completes or an unrecoverable error.
 pub async fn run(
@@ -39,8 +46,12 @@ pub async fn run(
         vec![Subscription::Pattern(topics.ingress_pattern())],
         Durability::AtLeastOnce,
     );
-    tracing::info!(group = %settings.group_id, pattern = %topics.ingress_pattern(), "ingress starting");
-    let mut processor = Ingress { topics };
+    tracing::info!(group = %settings.group_id, pattern = %topics.ingress_pattern(), budget = ?settings.budget, "ingress starting");
+    let mut processor = Ingress {
+        topics,
+        budget: Budget::new(settings.budget),
+        dropped: BTreeMap::new(),
+    };
     let kafka = with_topic_discovery(kafka, settings.new_topic_check_s);
     unicron_runtime::run(&kafka, brokers, &options, &mut processor, shutdown).await?;
     Ok(())
@@ -48,6 +59,9 @@ pub async fn run(
 
 struct Ingress {
     topics: Topics,
+    budget: Budget,
+    /// Records dropped over budget, by cluster, for the log.
+    dropped: BTreeMap<String, u64>,
 }
 
 impl Processor for Ingress {
@@ -56,11 +70,9 @@ impl Processor for Ingress {
     type Error = IngressError;
 
     fn decode(&self, record: &InboundRecord) -> Result<Checked, DecodeError> {
-        check(&self.topics, &record.topic, &record.payload).unwrap_or_else(|| {
-            Err(DecodeError::Invalid {
-                record: "record",
-                reason: format!("{} is not a cluster's own topic", record.topic),
-            })
+        check(&self.topics, &record.topic, &record.payload).ok_or_else(|| DecodeError::Invalid {
+            record: "record",
+            reason: format!("{} is not a cluster's own topic", record.topic),
         })
     }
 
@@ -69,17 +81,36 @@ impl Processor for Ingress {
         checked: Checked,
         step: &mut Step<'_>,
     ) -> Result<Applied<Never>, IngressError> {
-        match checked {
-            Checked::Pass { to } => {
-                let record = step.record();
+        let record = step.record();
+        // Whatever it says, a record spends its topic's cluster's budget:
+        // refusals are dead letters, and those must not flood either.
+        let time_ms = record.timestamp_ms.unwrap_or(i64::MIN);
+        if let Err(over) = self
+            .budget
+            .admit(&checked.cluster, time_ms, record.payload.len())
+        {
+            ::metrics::counter!(REJECTED.name, "reason" => over.reason()).increment(1);
+            let dropped = self.dropped.entry(checked.cluster.clone()).or_default();
+            if dropped.is_multiple_of(LOG_DROPS_EVERY) {
+                tracing::warn!(cluster = %checked.cluster, dropped = *dropped + 1, reason = over.reason(), "cluster over its budget: records dropped");
+            }
+            *dropped += 1;
+            return Ok(Applied::Done);
+        }
+        match checked.verdict {
+            Verdict::Pass { to } => {
                 let key = record.key.clone().unwrap_or_default();
                 ::metrics::counter!(FORWARDED.name, "topic" => to.clone()).increment(1);
                 step.publish_bytes(&to, None, key, record.payload.clone());
             }
-            Checked::Foreign { reason } => {
-                tracing::warn!(topic = %step.record().topic, offset = step.record().offset, %reason, "refused");
-                ::metrics::counter!(REJECTED.name, "reason" => unicron_codec::formats::FOREIGN_CLUSTER)
-                    .increment(1);
+            Verdict::Refuse { reason } => {
+                let why = if reason.starts_with(unicron_codec::formats::FOREIGN_CLUSTER) {
+                    unicron_codec::formats::FOREIGN_CLUSTER
+                } else {
+                    "undecodable"
+                };
+                tracing::warn!(topic = %record.topic, offset = record.offset, %reason, "refused");
+                ::metrics::counter!(REJECTED.name, "reason" => why).increment(1);
                 step.dead_letter(reason);
             }
         }

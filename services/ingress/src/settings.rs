@@ -1,4 +1,5 @@
 use serde::{Deserialize, Serialize};
+use unicron_core::ingress_budget::BudgetConfig;
 
 use crate::error::IngressError;
 
@@ -13,6 +14,10 @@ pub struct IngressSettings {
     /// cluster's records are passed on within about this long of its
     /// first writer starting.
     pub new_topic_check_s: f64,
+    /// What each cluster may send (per ingress instance): records beyond
+    /// it are dropped and counted, so one cluster's flood cannot delay
+    /// the others' records on the shared topics.
+    pub budget: BudgetConfig,
 }
 
 impl Default for IngressSettings {
@@ -20,6 +25,7 @@ impl Default for IngressSettings {
         IngressSettings {
             group_id: "unicron-ingress".into(),
             new_topic_check_s: 2.0,
+            budget: BudgetConfig::default(),
         }
     }
 }
@@ -38,7 +44,9 @@ impl IngressSettings {
                 self.new_topic_check_s
             )));
         }
-        Ok(())
+        self.budget
+            .validate()
+            .map_err(|why| IngressError::Config(format!("ingress.budget.{why}")))
     }
 }
 

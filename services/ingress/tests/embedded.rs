@@ -136,3 +136,111 @@ async fn records_pass_on_for_their_own_cluster_and_forgeries_are_dead_lettered()
     );
     stop_service(stop, task, WAIT).await;
 }
+
+/// Cluster a floods its logs topic far beyond its budget while b sends a
+/// few lines: b's all pass, a's pass up to its saved-up burst and rate,
+/// and the rest are dropped, not dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_is_cut_to_its_clusters_budget_and_the_others_pass() {
+    let broker = EmbeddedBroker::start(1).unwrap();
+    let mut kafka = KafkaConfig {
+        cluster_topics: true,
+        ..KafkaConfig::default()
+    };
+    kafka.properties.insert(
+        "session.timeout.ms".into(),
+        unicron_codec::config::PropertyValue::Int(6000),
+    );
+    let topology = Topology::builtin();
+    for t in [
+        topology.clone(),
+        topology.of_cluster("a"),
+        topology.of_cluster("b"),
+    ] {
+        broker.ensure_topics(&t, &kafka.topic_prefix).unwrap();
+    }
+    let brokers = broker.bootstrap_servers().to_string();
+    let settings = IngressSettings {
+        budget: unicron_core::ingress_budget::BudgetConfig {
+            records_per_s: 10.0,
+            bytes_per_s: 0.0,
+            burst_s: 2.0,
+        },
+        ..IngressSettings::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn({
+        let (kafka, brokers) = (kafka.clone(), brokers.clone());
+        async move {
+            unicron_ingress::run(&kafka, &brokers, &settings, async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+        }
+    });
+    let producer = Producer::new(&kafka, &brokers).unwrap();
+    let codec = AvroCodec::<LogRecord>::default();
+    let line = |cluster: &str, i: i64| LogRecord {
+        cluster: cluster.into(),
+        node: format!("{cluster}-n1"),
+        time_ms: 1_767_225_600_000 + i,
+        source: "app".into(),
+        job: None,
+        rank: None,
+        gpu: None,
+        line: format!("INFO step {i} loss 2.31"),
+        attributes: Default::default(),
+    };
+    let flood: Vec<Vec<u8>> = (0..500)
+        .map(|i| codec.encode(&line("a", i)).unwrap())
+        .collect();
+    let a_topic = Topics::bound(&kafka, "a").of::<LogRecord>().to_string();
+    let outbound: Vec<unicron_bus::Outbound<'_>> = flood
+        .iter()
+        .map(|payload| unicron_bus::Outbound {
+            topic: &a_topic,
+            partition: None,
+            key: b"a-n1",
+            payload,
+        })
+        .collect();
+    producer.send_all(&outbound).await.unwrap();
+    let b_topic = Topics::bound(&kafka, "b").of::<LogRecord>().to_string();
+    for i in 0..5 {
+        producer
+            .send_bytes(&b_topic, b"b-n1", &codec.encode(&line("b", i)).unwrap())
+            .await
+            .unwrap();
+    }
+    let shared = Topics::new(&kafka).name(Topic::Logs).to_string();
+    let reader = Consumer::new(&kafka, &brokers, "t-logs").unwrap();
+    reader.subscribe(&[&shared]).unwrap();
+    let mut by_cluster = std::collections::BTreeMap::<String, usize>::new();
+    while by_cluster.get("b").copied().unwrap_or(0) < 5 {
+        let record = tokio::time::timeout(WAIT, reader.recv())
+            .await
+            .expect("b's lines pass")
+            .unwrap();
+        *by_cluster
+            .entry(codec.decode(&record.payload).unwrap().cluster)
+            .or_default() += 1;
+    }
+    // Whatever of a's is still on its way arrives within a second.
+    while let Ok(Ok(record)) = tokio::time::timeout(Duration::from_secs(2), reader.recv()).await {
+        *by_cluster
+            .entry(codec.decode(&record.payload).unwrap().cluster)
+            .or_default() += 1;
+    }
+    let a = by_cluster.get("a").copied().unwrap_or(0);
+    // 20 saved up, plus 10 a second while the flood was read.
+    assert!((20..=60).contains(&a), "{a} of a's 500 passed");
+    let dlq = unicron_bus::whole_topic::read_topic(
+        &kafka,
+        &brokers,
+        Topics::new(&kafka).name(Topic::Dlq),
+    )
+    .unwrap();
+    assert!(dlq.is_empty(), "dropped records are not dead letters");
+    stop_service(stop, task, WAIT).await;
+}
