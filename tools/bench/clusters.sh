@@ -9,6 +9,7 @@
 #                           [--clusters N] [--gpus-per-cluster G] [--minutes M]
 #                           [--rate X] [--speed S] [--sample-s S]
 #                           [--warmup-minutes W] [--repair-s R] [--json FILE]
+#                           [--flood X [--flood-after-minutes K] [--flood-minutes M]]
 #
 # --planners N: N `unicron planner` processes in one group (a broker of
 # their own: --kafka or --brokers), one SIGKILLed and restarted K minutes
@@ -26,6 +27,11 @@
 # --detectors N runs N detector instances in one group (in this process);
 # --add-detector-after-minutes K starts one more K minutes into the
 # failures, so the group rebalances under load.
+# --flood X (with --pipeline): the first cluster sends X times its normal
+# rate (benign log lines on top of its heartbeats) for M minutes (default
+# 1), K minutes into the failures (default 1); the result then splits the
+# other clusters' failure -> command and evidence -> command by before,
+# during and after the flood.
 # --broker-process runs the embedded broker in a process of its own, so
 # the measured process's memory is the services' alone.
 #

@@ -80,6 +80,12 @@ pub struct Args {
     /// Minutes into the failures at which one more detector instance
     /// joins the group (a rebalance under load).
     add_detector_after_minutes: Option<f64>,
+    /// The pipeline's first cluster sends this many times its normal rate
+    /// (benign log lines on top of its heartbeats) for `flood_minutes`,
+    /// starting `flood_after_minutes` into the failures.
+    flood: Option<f64>,
+    flood_after_minutes: f64,
+    flood_minutes: f64,
     sample_s: f64,
     warmup_minutes: Option<f64>,
     /// Event seconds from an isolation's success to the node's repair.
@@ -104,6 +110,9 @@ fn args() -> Args {
         kill_broker_after_minutes: None,
         detectors: 1,
         add_detector_after_minutes: None,
+        flood: None,
+        flood_after_minutes: 1.0,
+        flood_minutes: 1.0,
         sample_s: 5.0,
         warmup_minutes: None,
         repair_s: 30.0,
@@ -133,6 +142,9 @@ fn args() -> Args {
             "--broker-label" => a.broker_label = Some(value),
             "--broker-pid" => a.broker_pid = Some(number("--broker-pid") as u32),
             "--sample-s" => a.sample_s = number("--sample-s"),
+            "--flood" => a.flood = Some(number("--flood")),
+            "--flood-after-minutes" => a.flood_after_minutes = number("--flood-after-minutes"),
+            "--flood-minutes" => a.flood_minutes = number("--flood-minutes"),
             "--warmup-minutes" => a.warmup_minutes = Some(number("--warmup-minutes")),
             "--repair-s" => a.repair_s = number("--repair-s"),
             "--planners" => a.planners = number("--planners") as usize,
@@ -175,6 +187,10 @@ fn args() -> Args {
         || a.detectors == 0
     {
         eprintln!("--detectors (at least 1) and --add-detector-after-minutes need --pipeline");
+        std::process::exit(2);
+    }
+    if a.flood.is_some_and(|x| !a.pipeline || x < 1.0) {
+        eprintln!("--flood needs --pipeline and a multiple of 1 or more");
         std::process::exit(2);
     }
     if a.kill_broker_after_minutes.is_some() && !(a.kafka && a.pipeline) {

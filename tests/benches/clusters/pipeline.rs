@@ -138,6 +138,8 @@ struct Injection {
 #[derive(Default)]
 struct Sent {
     heartbeats: AtomicU64,
+    /// Benign log lines of a flood (`--flood`).
+    flood: AtomicU64,
     evidence: AtomicU64,
     results: AtomicU64,
     repairs: AtomicU64,
@@ -190,7 +192,9 @@ struct Run {
     evidence_to_failure_by_kind: BTreeMap<String, Histogram>,
     /// (failure read, failure → command) of every answered failure, to
     /// split by the phases of a broker kill.
-    answers: Vec<(Instant, Duration)>,
+    /// Each answered failure: its cluster, when the failure was read,
+    /// failure → command and evidence → command.
+    answers: Vec<(usize, Instant, Duration, Duration)>,
 }
 
 fn index_of(name: &str, prefix: char) -> Option<usize> {
@@ -335,6 +339,8 @@ pub async fn run(
         .add_detector_after_minutes
         .map(|m| began + Duration::from_secs_f64(m * 60.0));
     let mut broker_fault: Option<(u32, Instant, Instant)> = None;
+    let flood_at = began + Duration::from_secs_f64(a.flood_after_minutes * 60.0);
+    let flood_window = flood_at..flood_at + Duration::from_secs_f64(a.flood_minutes * 60.0);
     // Idle ticks travel in the detector's rounds, not on the agent topic:
     // nothing to take off.
     let inputs_in = |text: &str| {
@@ -370,6 +376,9 @@ pub async fn run(
             biased;
             _ = tokio::time::sleep_until(next_slot.into()) => {
                 send_heartbeats(&run, &io, slot, now_ms(), next_slot, &heartbeat_ack);
+                if let Some(x) = a.flood.filter(|_| flood_window.contains(&Instant::now())) {
+                    send_flood(&run, &io, slot, now_ms(), x);
+                }
                 slot = (slot + 1) % SLOTS;
                 next_slot += slot_every;
             }
@@ -683,7 +692,7 @@ pub async fn run(
             Histogram::default(),
             Histogram::default(),
         ];
-        for (read, latency) in &run.answers {
+        for (_, read, latency, _) in &run.answers {
             let phase = if *read < killed {
                 0
             } else if *read < back {
@@ -704,6 +713,45 @@ pub async fn run(
                 "failure_to_command_before": before.json(),
                 "failure_to_command_during": during.json(),
                 "failure_to_command_after": after.json(),
+            }}),
+        );
+    }
+    if let Some(x) = a.flood {
+        // The other clusters' failures read before, during and after the
+        // first cluster's flood.
+        let mut failure = [(); 3].map(|_| Histogram::default());
+        let mut evidence = [(); 3].map(|_| Histogram::default());
+        for (c, read, to_command, from_evidence) in &run.answers {
+            if *c == 0 {
+                continue;
+            }
+            let phase = if *read < flood_window.start {
+                0
+            } else if *read < flood_window.end {
+                1
+            } else {
+                2
+            };
+            failure[phase].record(*to_command);
+            evidence[phase].record(*from_evidence);
+        }
+        let [fb, fd, fa] = failure;
+        let [eb, ed, ea] = evidence;
+        crate::merge(
+            &mut result,
+            serde_json::json!({ "flood": {
+                "cluster": cluster_name(0),
+                "times_normal_rate": x,
+                "extra_records_per_s": (x - 1.0) * nodes as f64 / HEARTBEAT_EVERY.as_secs_f64(),
+                "flood_records_sent": sent.flood.load(Ordering::Relaxed),
+                "at_s": a.flood_after_minutes * 60.0,
+                "minutes": a.flood_minutes,
+                "others_failure_to_command_before": fb.json(),
+                "others_failure_to_command_during": fd.json(),
+                "others_failure_to_command_after": fa.json(),
+                "others_evidence_to_command_before": eb.json(),
+                "others_evidence_to_command_during": ed.json(),
+                "others_evidence_to_command_after": ea.json(),
             }}),
         );
     }
@@ -867,6 +915,51 @@ fn send_heartbeats(
             };
         }
         ack.lock().unwrap().record(due.elapsed());
+    });
+}
+
+/// The flood's share of one slot: `times - 1` benign log lines from each
+/// of the first cluster's nodes in the slot, on top of its heartbeats.
+fn send_flood(run: &Run, io: &Io, slot: usize, time_ms: i64, times: f64) {
+    let codec = AvroCodec::<LogRecord>::default();
+    let cluster = &run.clusters[0];
+    let extra = (times - 1.0).round() as usize;
+    let mut batch = Vec::new();
+    for (n, node) in cluster.nodes.iter().enumerate().skip(slot).step_by(SLOTS) {
+        if node.dark {
+            continue;
+        }
+        let name = node_name(n);
+        for i in 0..extra {
+            let line = LogRecord {
+                cluster: cluster.name.clone(),
+                node: name.clone(),
+                time_ms,
+                source: "app".into(),
+                job: node.job.map(|j| format!("job-{j}")),
+                rank: None,
+                gpu: None,
+                line: format!("INFO rank {n} step {time_ms} micro-batch {i} loss 2.31 lr 3.0e-4"),
+                attributes: Default::default(),
+            };
+            batch.push((name.clone(), codec.encode(&line).expect("a log line encodes")));
+        }
+    }
+    let (producer, sent, topic) = (io.producer.clone(), io.sent.clone(), io.logs_topic.clone());
+    tokio::spawn(async move {
+        let records: Vec<unicron_bus::Outbound<'_>> = batch
+            .iter()
+            .map(|(key, payload)| unicron_bus::Outbound {
+                topic: &topic,
+                partition: None,
+                key: key.as_bytes(),
+                payload,
+            })
+            .collect();
+        match producer.send_all(&records).await {
+            Ok(landed) => sent.flood.fetch_add(landed.len() as u64, Ordering::Relaxed),
+            Err(_) => sent.errors.fetch_add(1, Ordering::Relaxed),
+        };
     });
 }
 
@@ -1092,8 +1185,12 @@ impl Run {
         let detected = injection.detected.expect("a failure record was read");
         self.failure_to_command
             .record(command_read.saturating_duration_since(detected));
-        self.answers
-            .push((detected, command_read.saturating_duration_since(detected)));
+        self.answers.push((
+            key.0,
+            detected,
+            command_read.saturating_duration_since(detected),
+            command_read.saturating_duration_since(injection.produced),
+        ));
         self.evidence_to_command
             .record(command_read.saturating_duration_since(injection.produced));
         self.commanded += 1;
