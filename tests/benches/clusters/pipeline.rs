@@ -942,7 +942,10 @@ fn send_flood(run: &Run, io: &Io, slot: usize, time_ms: i64, times: f64) {
                 line: format!("INFO rank {n} step {time_ms} micro-batch {i} loss 2.31 lr 3.0e-4"),
                 attributes: Default::default(),
             };
-            batch.push((name.clone(), codec.encode(&line).expect("a log line encodes")));
+            batch.push((
+                name.clone(),
+                codec.encode(&line).expect("a log line encodes"),
+            ));
         }
     }
     let (producer, sent, topic) = (io.producer.clone(), io.sent.clone(), io.logs_topic.clone());
