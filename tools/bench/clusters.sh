@@ -10,6 +10,7 @@
 #                           [--rate X] [--speed S] [--sample-s S]
 #                           [--warmup-minutes W] [--repair-s R] [--json FILE]
 #                           [--flood X [--flood-after-minutes K] [--flood-minutes M]]
+#                           [--cluster-topics [--budget-records-per-s R]]
 #
 # --planners N: N `unicron planner` processes in one group (a broker of
 # their own: --kafka or --brokers), one SIGKILLed and restarted K minutes
@@ -32,6 +33,10 @@
 # 1), K minutes into the failures (default 1); the result then splits the
 # other clusters' failure -> command and evidence -> command by before,
 # during and after the flood.
+# --cluster-topics (with --pipeline): each cluster writes its own topics
+# (`kafka.cluster_topics`) and an in-process `unicron ingress` passes them
+# on, holding each cluster to --budget-records-per-s (default: the
+# shipped budget); the result adds what it forwarded and dropped.
 # --broker-process runs the embedded broker in a process of its own, so
 # the measured process's memory is the services' alone.
 #

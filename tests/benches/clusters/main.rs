@@ -84,6 +84,11 @@ pub struct Args {
     /// (benign log lines on top of its heartbeats) for `flood_minutes`,
     /// starting `flood_after_minutes` into the failures.
     flood: Option<f64>,
+    /// Each cluster's writers use its own topics, passed on by an
+    /// in-process `unicron ingress` (`kafka.cluster_topics`).
+    cluster_topics: bool,
+    /// The ingress's `budget.records_per_s` (default: the shipped one).
+    budget_records_per_s: Option<f64>,
     flood_after_minutes: f64,
     flood_minutes: f64,
     sample_s: f64,
@@ -111,6 +116,8 @@ fn args() -> Args {
         detectors: 1,
         add_detector_after_minutes: None,
         flood: None,
+        cluster_topics: false,
+        budget_records_per_s: None,
         flood_after_minutes: 1.0,
         flood_minutes: 1.0,
         sample_s: 5.0,
@@ -143,6 +150,9 @@ fn args() -> Args {
             "--broker-pid" => a.broker_pid = Some(number("--broker-pid") as u32),
             "--sample-s" => a.sample_s = number("--sample-s"),
             "--flood" => a.flood = Some(number("--flood")),
+            "--budget-records-per-s" => {
+                a.budget_records_per_s = Some(number("--budget-records-per-s"))
+            }
             "--flood-after-minutes" => a.flood_after_minutes = number("--flood-after-minutes"),
             "--flood-minutes" => a.flood_minutes = number("--flood-minutes"),
             "--warmup-minutes" => a.warmup_minutes = Some(number("--warmup-minutes")),
@@ -157,9 +167,11 @@ fn args() -> Args {
             "--kill-broker-after-minutes" => {
                 a.kill_broker_after_minutes = Some(number("--kill-broker-after-minutes"))
             }
-            flag @ ("--pipeline" | "--replay" | "--mock-broker" | "--serve-broker" | "--kafka") => {
+            flag @ ("--pipeline" | "--replay" | "--mock-broker" | "--serve-broker" | "--kafka"
+            | "--cluster-topics") => {
                 match flag {
                     "--pipeline" => a.pipeline = true,
+                    "--cluster-topics" => a.cluster_topics = true,
                     "--replay" => a.replay = true,
                     "--kafka" => a.kafka = true,
                     "--mock-broker" => a.mock_broker = true,
@@ -187,6 +199,10 @@ fn args() -> Args {
         || a.detectors == 0
     {
         eprintln!("--detectors (at least 1) and --add-detector-after-minutes need --pipeline");
+        std::process::exit(2);
+    }
+    if (a.cluster_topics || a.budget_records_per_s.is_some()) && (!a.pipeline || a.mock_broker) {
+        eprintln!("--cluster-topics and --budget-records-per-s need --pipeline and a broker of the run");
         std::process::exit(2);
     }
     if a.flood.is_some_and(|x| !a.pipeline || x < 1.0) {
@@ -290,7 +306,13 @@ async fn bus(a: &Args) -> Bus {
         a.brokers.clone()
     };
     let Some(brokers) = &brokers else {
-        let (broker, kafka) = unicron_bus::testing::embedded_with_topics();
+        let (broker, mut kafka) = unicron_bus::testing::embedded_with_topics();
+        if a.cluster_topics {
+            kafka.cluster_topics = true;
+            broker
+                .ensure_topics(&clusters_topology(a.clusters), &kafka.topic_prefix)
+                .expect("the clusters' own topics");
+        }
         return Bus {
             brokers: broker.bootstrap_servers().to_string(),
             kafka,
@@ -314,9 +336,14 @@ async fn bus(a: &Args) -> Bus {
         .unwrap_or_default();
     let kafka = KafkaConfig {
         topic_prefix: format!("bench{}.", since_epoch.as_secs()),
+        cluster_topics: a.cluster_topics,
         ..KafkaConfig::default()
     };
-    unicron_bus::admin::ensure_topics(&kafka, brokers, &unicron_codec::Topology::builtin())
+    let mut topology = unicron_codec::Topology::builtin();
+    if a.cluster_topics {
+        topology.topics.extend(clusters_topology(a.clusters).topics);
+    }
+    unicron_bus::admin::ensure_topics(&kafka, brokers, &topology)
         .await
         .unwrap_or_else(|e| {
             eprintln!("--brokers {brokers}: cannot create the topics: {e}");
@@ -348,6 +375,16 @@ fn spec(max_gpus: i32, weight: f64) -> JobSpec {
     }
 }
 
+/// Every cluster's own topics (`--cluster-topics`).
+fn clusters_topology(clusters: usize) -> unicron_codec::Topology {
+    let builtin = unicron_codec::Topology::builtin();
+    unicron_codec::Topology {
+        topics: (0..clusters)
+            .flat_map(|c| builtin.of_cluster(&cluster_name(c)).topics)
+            .collect(),
+    }
+}
+
 pub fn cluster_name(c: usize) -> String {
     format!("c{c:04}")
 }
@@ -361,28 +398,30 @@ pub fn node_name(n: usize) -> String {
 /// all at once keeps their order; awaiting each would take a broker round
 /// trip a record (15 minutes for 1,000 clusters on a slow broker).
 async fn join_clusters(bus: &Bus, producer: &Producer, clusters: usize, nodes: usize) {
-    let cluster_topic = bus.kafka.topic("cluster");
     let codec = AvroCodec::default();
     let mut records = Vec::new();
     for cluster in (0..clusters).map(cluster_name) {
+        let topic = unicron_codec::Topics::bound(&bus.kafka, &cluster)
+            .name(unicron_codec::Topic::Cluster)
+            .to_string();
         for n in 0..nodes {
             let mut e = ClusterEvent::new(&cluster, START_MS, ClusterEventKind::NodeJoined);
             e.node = Some(node_name(n));
             e.gpus = Some(8);
-            records.push((cluster.clone(), codec.encode(&e).unwrap()));
+            records.push((topic.clone(), cluster.clone(), codec.encode(&e).unwrap()));
         }
         for j in 0..JOBS {
             let share = (nodes / JOBS + usize::from(j < nodes % JOBS)) as i32 * 8;
             let mut e = ClusterEvent::new(&cluster, START_MS, ClusterEventKind::JobSubmitted);
             e.job_id = Some(format!("job-{j}"));
             e.job = Some(spec(share, [1.0, 2.0, 1.5][j % 3]));
-            records.push((cluster.clone(), codec.encode(&e).unwrap()));
+            records.push((topic.clone(), cluster.clone(), codec.encode(&e).unwrap()));
         }
     }
     for chunk in records.chunks(10_000) {
         let sends = chunk
             .iter()
-            .map(|(key, payload)| producer.send_bytes(&cluster_topic, key.as_bytes(), payload));
+            .map(|(topic, key, payload)| producer.send_bytes(topic, key.as_bytes(), payload));
         for sent in futures::future::join_all(sends).await {
             sent.unwrap();
         }

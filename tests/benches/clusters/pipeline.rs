@@ -220,6 +220,21 @@ pub async fn run(
     for _ in 0..a.detectors {
         start_detector(bus, &detector_settings);
     }
+    if a.cluster_topics {
+        let mut settings = unicron_ingress::IngressSettings {
+            group_id: format!("{}ingress", bus.kafka.topic_prefix),
+            ..Default::default()
+        };
+        if let Some(rate) = a.budget_records_per_s {
+            settings.budget.records_per_s = rate;
+        }
+        let (kafka, brokers) = (bus.kafka.clone(), bus.brokers.clone());
+        tokio::spawn(async move {
+            if let Err(e) = unicron_ingress::run(&kafka, &brokers, &settings, std::future::pending()).await {
+                eprintln!("ingress: {e}");
+            }
+        });
+    }
     start_planner(bus, settings);
     let out = Consumer::new(
         &bus.kafka,
@@ -277,10 +292,9 @@ pub async fn run(
     let io = Io {
         producer: producer.clone(),
         sent: sent.clone(),
-        agent_topic: topic("agent"),
-        logs_topic: topic("logs"),
-        results_topic: topic("command-results"),
-        cluster_topic: topic("cluster"),
+        topics: (0..a.clusters)
+            .map(|c| unicron_codec::Topics::bound(&bus.kafka, &cluster_name(c)))
+            .collect(),
     };
 
     // Every job's first placement: the planner has read every cluster.
@@ -716,6 +730,25 @@ pub async fn run(
             }}),
         );
     }
+    if a.cluster_topics {
+        let rejected = |reason: &str| {
+            sampling::metric_sum(
+                &text,
+                "unicron_ingress_rejected_total",
+                &[&format!("reason=\"{reason}\"")],
+            ) as u64
+        };
+        crate::merge(
+            &mut result,
+            serde_json::json!({ "ingress": {
+                "budget_records_per_s": a.budget_records_per_s
+                    .unwrap_or(unicron_core::ingress_budget::BudgetConfig::default().records_per_s),
+                "forwarded": sampling::metric_sum(&text, "unicron_ingress_forwarded_total", &[]) as u64,
+                "dropped_over_budget": rejected("over_budget_records") + rejected("over_budget_bytes"),
+                "dead_lettered": rejected("foreign_cluster") + rejected("undecodable"),
+            }}),
+        );
+    }
     if let Some(x) = a.flood {
         // The other clusters' failures read before, during and after the
         // first cluster's flood.
@@ -848,13 +881,16 @@ fn lag(text: &str, group: &str) -> f64 {
 struct Io {
     producer: Producer,
     sent: Arc<Sent>,
-    agent_topic: String,
-    logs_topic: String,
-    results_topic: String,
-    cluster_topic: String,
+    /// Each cluster's topics (its own with `--cluster-topics`).
+    topics: Vec<unicron_codec::Topics>,
 }
 
 impl Io {
+    /// Where cluster `c`'s writers send records of `topic`.
+    fn topic(&self, c: usize, topic: unicron_codec::Topic) -> String {
+        self.topics[c].name(topic).to_string()
+    }
+
     /// Sends `records` (topic, key, payload) in order, in the background;
     /// `counter` counts the acknowledged ones.
     fn send_in_order(
@@ -886,7 +922,8 @@ fn send_heartbeats(
 ) {
     let codec = AvroCodec::<AgentEvent>::default();
     let mut batch = Vec::new();
-    for cluster in &run.clusters {
+    for (c, cluster) in run.clusters.iter().enumerate() {
+        let topic = io.topic(c, unicron_codec::Topic::Agent);
         for (n, node) in cluster.nodes.iter().enumerate().skip(slot).step_by(SLOTS) {
             if node.dark {
                 continue;
@@ -895,19 +932,18 @@ fn send_heartbeats(
             let mut beat =
                 AgentEvent::new(&cluster.name, &name, time_ms, AgentEventKind::Heartbeat);
             beat.job = node.job.map(|j| format!("job-{j}"));
-            batch.push((name, codec.encode(&beat).expect("a heartbeat encodes")));
+            batch.push((
+                topic.clone(),
+                name,
+                codec.encode(&beat).expect("a heartbeat encodes"),
+            ));
         }
     }
-    let (producer, sent, topic, ack) = (
-        io.producer.clone(),
-        io.sent.clone(),
-        io.agent_topic.clone(),
-        ack.clone(),
-    );
+    let (producer, sent, ack) = (io.producer.clone(), io.sent.clone(), ack.clone());
     tokio::spawn(async move {
         let sends = batch
             .iter()
-            .map(|(key, payload)| producer.send_bytes(&topic, key.as_bytes(), payload));
+            .map(|(topic, key, payload)| producer.send_bytes(topic, key.as_bytes(), payload));
         for result in futures::future::join_all(sends).await {
             match result {
                 Ok(_) => sent.heartbeats.fetch_add(1, Ordering::Relaxed),
@@ -948,7 +984,11 @@ fn send_flood(run: &Run, io: &Io, slot: usize, time_ms: i64, times: f64) {
             ));
         }
     }
-    let (producer, sent, topic) = (io.producer.clone(), io.sent.clone(), io.logs_topic.clone());
+    let (producer, sent, topic) = (
+        io.producer.clone(),
+        io.sent.clone(),
+        io.topic(0, unicron_codec::Topic::Logs),
+    );
     tokio::spawn(async move {
         let records: Vec<unicron_bus::Outbound<'_>> = batch
             .iter()
@@ -1010,7 +1050,7 @@ impl Run {
             let payload = AvroCodec::default()
                 .encode(&log)
                 .expect("a log line encodes");
-            records.push((io.logs_topic.clone(), name.clone(), payload));
+            records.push((io.topic(c, unicron_codec::Topic::Logs), name.clone(), payload));
         }
         if let Some(code) = shown.exit_code {
             let mut exit =
@@ -1019,7 +1059,7 @@ impl Run {
             exit.rank = Some(rank as i32);
             exit.exit_code = Some(code);
             let payload = AvroCodec::default().encode(&exit).expect("an exit encodes");
-            records.push((io.agent_topic.clone(), name.clone(), payload));
+            records.push((io.topic(c, unicron_codec::Topic::Agent), name.clone(), payload));
         }
         // A DCGM counter that moves with the line (ECC) is left out: the
         // line alone classifies it, and telemetry has its own bench.
@@ -1060,7 +1100,11 @@ impl Run {
             .encode(&event)
             .expect("a repair encodes");
         io.send_in_order(
-            vec![(io.cluster_topic.clone(), cluster.name.clone(), payload)],
+            vec![(
+                io.topic(c, unicron_codec::Topic::Cluster),
+                cluster.name.clone(),
+                payload,
+            )],
             |s| &s.repairs,
         );
     }
@@ -1269,8 +1313,13 @@ impl Run {
         let payload = AvroCodec::default()
             .encode(&result)
             .expect("a result encodes");
+        let c = self.cluster_index[&command.cluster];
         io.send_in_order(
-            vec![(io.results_topic.clone(), command.cluster, payload)],
+            vec![(
+                io.topic(c, unicron_codec::Topic::CommandResults),
+                command.cluster,
+                payload,
+            )],
             |s| &s.results,
         );
     }
