@@ -43,7 +43,7 @@ pub fn check_retention_ms(ms: i64) -> Result<(), &'static str> {
 }
 
 /// Partitions of each of a cluster's own ingress topics.
-pub const CLUSTER_TOPIC_PARTITIONS: i32 = 3;
+pub const CLUSTER_TOPIC_PARTITIONS: i32 = 1;
 /// Retention of a cluster's own ingress topics: a day.
 pub const CLUSTER_TOPIC_RETENTION_MS: i64 = 86_400_000;
 
@@ -71,9 +71,11 @@ impl Topology {
     /// `cluster`'s own copies of the ingress topics (`kafka.cluster_topics`),
     /// named without the prefix (`in.<cluster>.<name>`). `unicron ingress`
     /// passes their records on within seconds and the shared topics keep
-    /// them, so a day's retention covers an outage of the ingress, and
-    /// three partitions a cluster's rate (a node's records keep their
-    /// order: one key, one partition).
+    /// them, so a day's retention covers an outage of the ingress. One
+    /// partition each carries a cluster's rate (thousands of records a
+    /// second) in order; hundreds of clusters at three each made thousands
+    /// of partitions, which three brokers on two cores could not keep up
+    /// with.
     pub fn of_cluster(&self, cluster: &str) -> Topology {
         let topics = self
             .topics
