@@ -77,6 +77,11 @@ pub fn read_topic(
     Ok(out)
 }
 
+/// The group id a [`PartitionReader`] carries. It never joins it, but
+/// librdkafka looks its coordinator up, so under ACLs its users need Read
+/// on it (`unicron acls`).
+pub const READER_GROUP: &str = "unicron-history";
+
 /// Reads ranges of single partitions with one client: a planner taking
 /// over partitions reads its checkpoint, then the decisions and inputs
 /// after it, without a consumer group.
@@ -90,7 +95,7 @@ impl PartitionReader {
             config,
             brokers,
             &[
-                ("group.id", "unicron-history".into()),
+                ("group.id", READER_GROUP.into()),
                 ("enable.auto.commit", "false".into()),
                 ("enable.partition.eof", "false".into()),
                 // A range starting below the low watermark (retention

@@ -37,7 +37,7 @@ pub struct KafkaConfig {
     /// than `replication_factor` (at least 1).
     pub min_insync_replicas: Option<i32>,
     /// Each cluster's writers (agents, executors, watchers) write their
-    /// inputs to topics of their own, `<prefix>in.<cluster>.<name>`, which
+    /// inputs to a topic of their own, `<prefix>in.<cluster>`, which
     /// a principal of that cluster alone may be allowed to write;
     /// `unicron ingress` passes on what speaks for the topic's cluster and
     /// dead-letters the rest (docs/operations.md, "Tenants").

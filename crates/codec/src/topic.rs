@@ -33,62 +33,98 @@ impl Topic {
 pub struct Topics {
     names: [String; crate::record_types::COUNT],
     prefix: String,
+    /// A writer of one cluster with `kafka.cluster_topics`: its inputs go
+    /// to the cluster's own topic, keys marked with their record's topic.
+    bound: bool,
 }
+
+/// Between the record's topic name and its key, in a key on a cluster's
+/// own topic (`logs/node-7`).
+const KEY_SEPARATOR: u8 = b'/';
 
 impl Topics {
     pub fn new(kafka: &KafkaConfig) -> Topics {
         Topics {
             names: Topic::ALL.map(|t| kafka.topic(t.suffix())),
             prefix: kafka.topic_prefix.clone(),
+            bound: false,
         }
     }
 
     /// The names a writer of `cluster` uses: with `kafka.cluster_topics`
-    /// its inputs ([`Topic::INGRESS`]) go to the cluster's own topics,
-    /// which only its principal may write; otherwise the shared ones.
+    /// all its inputs ([`Topic::INGRESS`]) go to the cluster's own topic,
+    /// which only its principals may write, each record's key marked with
+    /// the shared topic it belongs on ([`Topics::key`]); otherwise the
+    /// shared topics.
     pub fn bound(kafka: &KafkaConfig, cluster: &str) -> Topics {
         let mut topics = Topics::new(kafka);
         if kafka.cluster_topics {
+            let own = topics.ingress_name(cluster);
             for topic in Topic::INGRESS {
-                topics.names[topic.index()] = topics.ingress_name(cluster, topic);
+                topics.names[topic.index()] = own.clone();
             }
+            topics.bound = true;
         }
         topics
     }
 
-    /// `<prefix>in.<cluster>.<name>`: one cluster's copy of an ingress
-    /// topic. All of a cluster's share the prefix `<prefix>in.<cluster>.`,
-    /// which one prefixed ACL grants (`unicron acls`).
-    pub fn ingress_name(&self, cluster: &str, topic: Topic) -> String {
-        format!("{}{}", self.ingress_prefix(cluster), topic.suffix())
+    /// The key a record of `topic` is written with: `key` itself, or on a
+    /// cluster's own topic `<topic name>/<key>`, which tells the ingress
+    /// which shared topic (and record type) it belongs to. One topic a
+    /// cluster rather than five: hundreds of clusters would otherwise be
+    /// thousands of partitions.
+    pub fn key(&self, topic: Topic, key: &[u8]) -> Vec<u8> {
+        if !(self.bound && Topic::INGRESS.contains(&topic)) {
+            return key.to_vec();
+        }
+        let mut marked = Vec::with_capacity(topic.suffix().len() + 1 + key.len());
+        marked.extend_from_slice(topic.suffix().as_bytes());
+        marked.push(KEY_SEPARATOR);
+        marked.extend_from_slice(key);
+        marked
     }
 
-    /// The prefix all of `cluster`'s ingress topics share.
-    pub fn ingress_prefix(&self, cluster: &str) -> String {
-        format!("{}in.{cluster}.", self.prefix)
+    /// [`key`](Topics::key) of a text key.
+    pub fn key_str(&self, topic: Topic, key: &str) -> String {
+        if !(self.bound && Topic::INGRESS.contains(&topic)) {
+            return key.to_string();
+        }
+        format!("{}{}{key}", topic.suffix(), KEY_SEPARATOR as char)
     }
 
-    /// The pattern every cluster's ingress topics match, as librdkafka
+    /// The topic and the original key of a key on a cluster's own topic.
+    pub fn split_key(key: &[u8]) -> Option<(Topic, &[u8])> {
+        let at = key.iter().position(|b| *b == KEY_SEPARATOR)?;
+        let (name, rest) = (&key[..at], &key[at + 1..]);
+        let topic = Topic::INGRESS
+            .into_iter()
+            .find(|t| t.suffix().as_bytes() == name)?;
+        Some((topic, rest))
+    }
+
+    /// `<prefix>in.<cluster>`: one cluster's own topic, which a literal
+    /// ACL grants to that cluster's principals alone (`unicron acls`).
+    pub fn ingress_name(&self, cluster: &str) -> String {
+        format!("{}in.{cluster}", self.prefix)
+    }
+
+    /// The prefix every cluster's own topic starts with (the ingress's
+    /// read ACL).
+    pub fn ingress_prefix(&self) -> String {
+        format!("{}in.", self.prefix)
+    }
+
+    /// The pattern every cluster's own topic matches, as librdkafka
     /// subscribes to it.
     pub fn ingress_pattern(&self) -> String {
-        let suffixes: Vec<String> = Topic::INGRESS
-            .iter()
-            .map(|t| regex_escape(t.suffix()))
-            .collect();
-        format!(
-            "^{}in\\.[A-Za-z0-9_-]+\\.({})$",
-            regex_escape(&self.prefix),
-            suffixes.join("|")
-        )
+        format!("^{}in\\.[A-Za-z0-9_-]+$", regex_escape(&self.prefix))
     }
 
-    /// The cluster and topic of an ingress topic's full name.
-    pub fn ingress_of(&self, name: &str) -> Option<(String, Topic)> {
-        let rest = name.strip_prefix(&self.prefix)?.strip_prefix("in.")?;
-        let (cluster, suffix) = rest.split_once('.')?;
+    /// The cluster of a cluster's own topic, by its full name.
+    pub fn ingress_of(&self, name: &str) -> Option<String> {
+        let cluster = name.strip_prefix(&self.prefix)?.strip_prefix("in.")?;
         check_cluster_id(cluster).ok()?;
-        let topic = Topic::INGRESS.into_iter().find(|t| t.suffix() == suffix)?;
-        Some((cluster.to_string(), topic))
+        Some(cluster.to_string())
     }
 
     /// The full name of `topic`.
@@ -220,45 +256,45 @@ mod tests {
     }
 
     #[test]
-    fn a_bound_writer_names_its_clusters_ingress_topics_and_they_map_back() {
+    fn a_bound_writer_names_its_clusters_topic_and_marks_keys() {
         let kafka = KafkaConfig {
             cluster_topics: true,
             ..KafkaConfig::default()
         };
         let bound = Topics::bound(&kafka, "site-a");
-        assert_eq!(bound.name(Topic::Logs), "unicron.in.site-a.logs");
+        assert_eq!(bound.name(Topic::Logs), "unicron.in.site-a");
         assert_eq!(
             bound.of::<unicron_core::CommandResult>(),
-            "unicron.in.site-a.command-results"
+            "unicron.in.site-a"
         );
+        assert_eq!(bound.key(Topic::Logs, b"n7"), b"logs/n7");
+        assert_eq!(
+            Topics::split_key(b"command-results/site-a"),
+            Some((Topic::CommandResults, &b"site-a"[..]))
+        );
+        assert_eq!(Topics::split_key(b"decisions/x"), None);
+        assert_eq!(Topics::split_key(b"n7"), None);
         assert_eq!(
             bound.name(Topic::Commands),
             "unicron.commands",
             "read shared"
         );
-        assert_eq!(
-            Topics::bound(&KafkaConfig::default(), "site-a").name(Topic::Logs),
-            "unicron.logs",
-            "off by default"
-        );
+        assert_eq!(bound.key(Topic::Commands, b"c"), b"c");
+        let unbound = Topics::bound(&KafkaConfig::default(), "site-a");
+        assert_eq!(unbound.name(Topic::Logs), "unicron.logs", "off by default");
+        assert_eq!(unbound.key(Topic::Logs, b"n7"), b"n7");
         let topics = Topics::new(&kafka);
         assert_eq!(
-            topics.ingress_of("unicron.in.site-a.command-results"),
-            Some(("site-a".to_string(), Topic::CommandResults))
+            topics.ingress_of("unicron.in.site-a"),
+            Some("site-a".into())
         );
-        for not_ingress in [
-            "unicron.logs",
-            "unicron.in.a.b.logs",
-            "unicron.in.a.decisions",
-            "other.in.a.logs",
-        ] {
+        for not_ingress in ["unicron.logs", "unicron.in.a.b", "other.in.a"] {
             assert_eq!(topics.ingress_of(not_ingress), None, "{not_ingress}");
         }
         let pattern = regex::Regex::new(&topics.ingress_pattern()).unwrap();
-        assert!(pattern.is_match("unicron.in.site-a.telemetry"));
-        assert!(!pattern.is_match("unicron.in.a.b.telemetry"));
-        assert!(!pattern.is_match("unicron.in.a.failures"));
-        assert!(!pattern.is_match("unicronXin.a.logs"));
+        assert!(pattern.is_match("unicron.in.site-a"));
+        assert!(!pattern.is_match("unicron.in.a.b"));
+        assert!(!pattern.is_match("unicronXin.a"));
     }
 
     #[test]

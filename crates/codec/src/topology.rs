@@ -42,9 +42,9 @@ pub fn check_retention_ms(ms: i64) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Partitions of each of a cluster's own ingress topics.
+/// Partitions of a cluster's own topic.
 pub const CLUSTER_TOPIC_PARTITIONS: i32 = 1;
-/// Retention of a cluster's own ingress topics: a day.
+/// Retention of a cluster's own topic: a day.
 pub const CLUSTER_TOPIC_RETENTION_MS: i64 = 86_400_000;
 
 /// All topics, in file order.
@@ -68,33 +68,38 @@ impl Topology {
         Ok(topology)
     }
 
-    /// `cluster`'s own copies of the ingress topics (`kafka.cluster_topics`),
-    /// named without the prefix (`in.<cluster>.<name>`). `unicron ingress`
-    /// passes their records on within seconds and the shared topics keep
-    /// them, so a day's retention covers an outage of the ingress. One
-    /// partition each carries a cluster's rate (thousands of records a
-    /// second) in order; hundreds of clusters at three each made thousands
-    /// of partitions, which three brokers on two cores could not keep up
-    /// with.
+    /// `cluster`'s own topic (`kafka.cluster_topics`), named without the
+    /// prefix (`in.<cluster>`): every record its agents, executors and
+    /// watchers write, each key marked with the shared topic it belongs on
+    /// (`Topics::key`). `unicron ingress` passes them on within seconds
+    /// and the shared topics keep them, so a day's retention covers an
+    /// outage of the ingress; one partition carries a cluster's rate
+    /// (thousands of records a second) in order. Five topics a cluster
+    /// were thousands of partitions at hundreds of clusters, more than
+    /// three brokers on two cores kept up with.
     pub fn of_cluster(&self, cluster: &str) -> Topology {
-        let topics = self
+        let records: Vec<&str> = self
             .topics
             .iter()
             .filter(|s| crate::Topic::INGRESS.iter().any(|t| t.suffix() == s.name))
-            .map(|s| TopicSpec {
-                name: format!("in.{cluster}.{}", s.name),
-                partitions: s.partitions.min(CLUSTER_TOPIC_PARTITIONS),
+            .map(|s| s.record.as_str())
+            .collect();
+        Topology {
+            topics: vec![TopicSpec {
+                name: format!("in.{cluster}"),
+                key: "shared topic/key".into(),
+                record: records.join(", "),
+                partitions: CLUSTER_TOPIC_PARTITIONS,
+                cleanup_policy: "delete".into(),
                 retention_ms: CLUSTER_TOPIC_RETENTION_MS,
-                producers: vec![format!("{} of {cluster}", s.producers.join(", "))],
+                producers: vec![format!("agents, executors and watchers of {cluster}")],
                 consumers: vec!["ingress".into()],
                 co_partition_group: None,
                 // The broker stamps each record: the ingress's budget runs
                 // on time no writer sets.
                 timestamp_type: Some("LogAppendTime".into()),
-                ..s.clone()
-            })
-            .collect();
-        Topology { topics }
+            }],
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<&TopicSpec> {

@@ -152,13 +152,14 @@ pub async fn run_watcher(
             loop {
                 let sent = match &record {
                     Record::Cluster(event) => {
-                        let key = event.cluster.clone();
+                        let key = topics.key_str(Topic::Cluster, &event.cluster);
                         producer
                             .send(&cluster_topic, &key, event, &cluster_codec)
                             .await
                     }
                     Record::Log(log) => {
-                        producer.send(&logs_topic, &log.node, log, &log_codec).await
+                        let key = topics.key_str(Topic::Logs, &log.node);
+                        producer.send(&logs_topic, &key, log, &log_codec).await
                     }
                 };
                 match sent {

@@ -62,9 +62,12 @@ impl<'a> Step<'a> {
         key: impl Into<Vec<u8>>,
         record: &T,
     ) -> Result<(), BusError> {
+        let key = self
+            .topics
+            .key(unicron_codec::Topic::carrying(T::RECORD), &key.into());
         self.outputs.push(OutboxEntry {
             topic: self.topics.of::<T>().to_string(),
-            key: key.into(),
+            key,
             payload: AvroCodec::<T>::default().encode(record)?,
             partition,
         });

@@ -216,19 +216,29 @@ async fn truth(State(shared): State<Arc<Shared>>) -> Json<Summary> {
     Json(Summary::new(sim.truth(), sim.config(), sim.downtime_s()))
 }
 
-/// An emission as a record of the one topic its type belongs to.
-fn encode<'t>(topics: &'t Topics, emission: &Emission) -> Result<(&'t str, Vec<u8>), BusError> {
+/// An emission as a record of the one topic its type belongs to, with
+/// its key as written there.
+fn encode<'t>(
+    topics: &'t Topics,
+    emission: &Emission,
+) -> Result<(&'t str, String, Vec<u8>), BusError> {
     fn record<'t, T: AvroRecord>(
         topics: &'t Topics,
         record: &T,
-    ) -> Result<(&'t str, Vec<u8>), BusError> {
-        Ok((topics.of::<T>(), AvroCodec::<T>::default().encode(record)?))
+        key: &str,
+    ) -> Result<(&'t str, String, Vec<u8>), BusError> {
+        Ok((
+            topics.of::<T>(),
+            topics.key_str(unicron_codec::Topic::carrying(T::RECORD), key),
+            AvroCodec::<T>::default().encode(record)?,
+        ))
     }
+    let key = emission.key();
     match emission {
-        Emission::Telemetry(r) => record(topics, r),
-        Emission::Log(r) => record(topics, r),
-        Emission::Agent(r) => record(topics, r),
-        Emission::Cluster(r) => record(topics, r),
+        Emission::Telemetry(r) => record(topics, r, key),
+        Emission::Log(r) => record(topics, r, key),
+        Emission::Agent(r) => record(topics, r, key),
+        Emission::Cluster(r) => record(topics, r, key),
     }
 }
 
@@ -291,8 +301,7 @@ async fn publish(
 ) -> Result<(), SimError> {
     let mut sends = Vec::with_capacity(emissions.len());
     for emission in emissions {
-        let (topic, payload) = encode(topics, emission)?;
-        sends.push((topic, emission.key().to_string(), payload));
+        sends.push(encode(topics, emission)?);
     }
     let results = join_all(
         sends

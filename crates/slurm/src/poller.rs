@@ -105,9 +105,9 @@ pub async fn run_poller(
             status: "not created".into(),
             message: e.to_string(),
         })?;
-    let topic = Topics::bound(kafka, &settings.cluster)
-        .name(Topic::Cluster)
-        .to_string();
+    let topics = Topics::bound(kafka, &settings.cluster);
+    let topic = topics.name(Topic::Cluster).to_string();
+    let key = topics.key_str(Topic::Cluster, &settings.cluster);
     let codec = AvroCodec::<ClusterEvent>::default();
     let mut seen = Seen::default();
     let mut ticks = tokio::time::interval(Duration::from_secs_f64(settings.poll_interval_s));
@@ -123,10 +123,7 @@ pub async fn run_poller(
         for change in changes {
             let event = event(&settings.cluster, &change);
             tracing::info!(kind = ?change.kind, subject = %change.subject, reason = %change.reason, "slurm");
-            if let Err(error) = producer
-                .send(&topic, &settings.cluster, &event, &codec)
-                .await
-            {
+            if let Err(error) = producer.send(&topic, &key, &event, &codec).await {
                 tracing::warn!(%error, "cluster event not delivered; the next poll reports it again");
                 delivered = false;
                 break;

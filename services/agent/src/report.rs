@@ -155,13 +155,17 @@ pub async fn send_all(
         let encoded = match &record {
             Reported::Log(r) => log_codec
                 .encode(r)
-                .map(|p| (logs.clone(), r.node.clone(), p)),
+                .map(|p| (logs.clone(), topics.key_str(Topic::Logs, &r.node), p)),
             Reported::Agent(e) => agent_codec
                 .encode(e)
-                .map(|p| (agent.clone(), e.node.clone(), p)),
-            Reported::Cluster(e) => cluster_codec
-                .encode(e)
-                .map(|p| (cluster.clone(), e.cluster.clone(), p)),
+                .map(|p| (agent.clone(), topics.key_str(Topic::Agent, &e.node), p)),
+            Reported::Cluster(e) => cluster_codec.encode(e).map(|p| {
+                (
+                    cluster.clone(),
+                    topics.key_str(Topic::Cluster, &e.cluster),
+                    p,
+                )
+            }),
         };
         let (topic, key, payload) = match encoded {
             Ok(encoded) => encoded,

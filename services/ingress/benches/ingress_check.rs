@@ -15,26 +15,29 @@ fn ingress(c: &mut Criterion) {
     });
     let mut group = c.benchmark_group("ingress");
     group.throughput(Throughput::Elements(1));
-    for (name, record, topic) in [
-        ("log_line", RecordType::LogRecord, "unicron.in.c1.logs"),
-        ("heartbeat", RecordType::AgentEvent, "unicron.in.c1.agent"),
+    let topic = "unicron.in.c1";
+    for (name, record, key) in [
+        ("log_line", RecordType::LogRecord, &b"logs/node-0042"[..]),
+        ("heartbeat", RecordType::AgentEvent, &b"agent/node-0042"[..]),
         (
             "telemetry_batch",
             RecordType::TelemetryBatch,
-            "unicron.in.c1.telemetry",
+            &b"telemetry/node-0042"[..],
         ),
     ] {
         let bytes = unicron_codec::samples::encoded(record, true);
         println!("{name}: {} bytes", bytes.len());
         assert!(matches!(
-            unicron_ingress::check(&topics, topic, &bytes),
+            unicron_ingress::check(&topics, topic, key, &bytes),
             Some(unicron_ingress::Checked {
                 verdict: unicron_ingress::Verdict::Pass { .. },
                 ..
             })
         ));
         group.bench_function(format!("check_{name}"), |b| {
-            b.iter(|| unicron_ingress::check(&topics, black_box(topic), black_box(&bytes)))
+            b.iter(|| {
+                unicron_ingress::check(&topics, black_box(topic), black_box(key), black_box(&bytes))
+            })
         });
     }
     let mut budget = Budget::new(BudgetConfig::default());

@@ -1,7 +1,7 @@
 //! The one rule of the ingress: a record on a cluster's own topic speaks
 //! for that cluster only. A function of the topic's name and the record's
-//! bytes, nothing else, so a second look at the same record gives the same
-//! verdict.
+//! key and bytes, nothing else, so a second look at the same record gives
+//! the same verdict.
 
 use unicron_codec::formats::FOREIGN_CLUSTER;
 use unicron_codec::{AvroCodec, DecodeError, Topic, Topics};
@@ -17,20 +17,34 @@ pub struct Checked {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// It speaks for its topic's cluster: pass it on to `to`.
-    Pass { to: String },
+    /// It speaks for its topic's cluster: pass it on to `to` with `key`
+    /// (its key without the mark of its topic).
+    Pass { to: String, key: Vec<u8> },
     /// It names another cluster, or does not decode: dead-letter it with
     /// `reason`.
     Refuse { reason: String },
 }
 
-/// What to do with `payload`, read from the topic named `topic`. `None`:
-/// not a cluster's own topic (a subscription matched something else).
-pub fn check(topics: &Topics, topic: &str, payload: &[u8]) -> Option<Checked> {
-    let (cluster, kind) = topics.ingress_of(topic)?;
+/// What to do with a record of `key` and `payload`, read from the topic
+/// named `topic`. `None`: not a cluster's own topic (a subscription
+/// matched something else).
+pub fn check(topics: &Topics, topic: &str, key: &[u8], payload: &[u8]) -> Option<Checked> {
+    let cluster = topics.ingress_of(topic)?;
+    let Some((kind, key)) = Topics::split_key(key) else {
+        return Some(Checked {
+            cluster,
+            verdict: Verdict::Refuse {
+                reason: format!(
+                    "undecodable: the key {:?} does not name the topic the record belongs on (telemetry/, logs/, agent/, cluster/, command-results/)",
+                    String::from_utf8_lossy(&key[..key.len().min(64)])
+                ),
+            },
+        });
+    };
     let verdict = match claimed_cluster(kind, payload) {
         Ok(claimed) if claimed == cluster => Verdict::Pass {
             to: topics.name(kind).to_string(),
+            key: key.to_vec(),
         },
         Ok(claimed) => Verdict::Refuse {
             reason: format!(
@@ -93,34 +107,50 @@ mod tests {
             ..KafkaConfig::default()
         });
         assert_eq!(
-            check(&topics, "unicron.in.a.cluster", &node_down("a", "n1")),
+            check(&topics, "unicron.in.a", b"cluster/a", &node_down("a", "n1")),
             Some(Checked {
                 cluster: "a".into(),
                 verdict: Verdict::Pass {
-                    to: "unicron.cluster".into()
+                    to: "unicron.cluster".into(),
+                    key: b"a".to_vec(),
                 }
             })
         );
         let Some(Checked {
             cluster,
             verdict: Verdict::Refuse { reason },
-        }) = check(&topics, "unicron.in.a.cluster", &node_down("b", "n1"))
+        }) = check(&topics, "unicron.in.a", b"cluster/b", &node_down("b", "n1"))
         else {
             panic!("b's node_down on a's topic passed");
         };
         assert_eq!(cluster, "a", "a's budget pays for it");
         assert!(reason.starts_with("foreign_cluster: "), "{reason}");
-        assert!(reason.contains("\"b\"") && reason.contains("unicron.in.a.cluster"));
-        // Bytes of another type on the cluster topic do not decode.
-        assert!(matches!(
-            check(&topics, "unicron.in.a.cluster", b"\x00\x00\x00\x00\x01junk"),
-            Some(Checked {
-                verdict: Verdict::Refuse { .. },
-                ..
-            })
-        ));
+        assert!(reason.contains("\"b\"") && reason.contains("unicron.in.a"));
+        // Bytes of another type, or a key that names no topic, are refused.
+        let junk = b"\x00\x00\x00\x00\x01junk".to_vec();
+        for (key, payload) in [
+            (&b"cluster/a"[..], junk),
+            (&b"a"[..], node_down("a", "n1")),
+            (&b"decisions/a"[..], node_down("a", "n1")),
+        ] {
+            assert!(
+                matches!(
+                    check(&topics, "unicron.in.a", key, &payload),
+                    Some(Checked {
+                        verdict: Verdict::Refuse { .. },
+                        ..
+                    })
+                ),
+                "{key:?}"
+            );
+        }
         assert_eq!(
-            check(&topics, "unicron.cluster", &node_down("a", "n1")),
+            check(
+                &topics,
+                "unicron.cluster",
+                b"cluster/a",
+                &node_down("a", "n1")
+            ),
             None
         );
     }

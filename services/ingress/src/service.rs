@@ -80,9 +80,12 @@ impl Processor for Ingress {
     type Error = IngressError;
 
     fn decode(&self, record: &InboundRecord) -> Result<Checked, DecodeError> {
-        check(&self.topics, &record.topic, &record.payload).ok_or_else(|| DecodeError::Invalid {
-            record: "record",
-            reason: format!("{} is not a cluster's own topic", record.topic),
+        let key = record.key.as_deref().unwrap_or_default();
+        check(&self.topics, &record.topic, key, &record.payload).ok_or_else(|| {
+            DecodeError::Invalid {
+                record: "record",
+                reason: format!("{} is not a cluster's own topic", record.topic),
+            }
         })
     }
 
@@ -108,7 +111,7 @@ impl Processor for Ingress {
             return Ok(Applied::Done);
         }
         match checked.verdict {
-            Verdict::Pass { to } => {
+            Verdict::Pass { to, key } => {
                 ::metrics::counter!(FORWARDED.name, "topic" => to.clone()).increment(1);
                 if self.batch.groups.is_empty() {
                     self.batch.groups.push(Vec::new());
@@ -116,7 +119,7 @@ impl Processor for Ingress {
                 self.batch.groups[0].push(Outgoing {
                     topic: to,
                     partition: None,
-                    key: record.key.clone().unwrap_or_default(),
+                    key,
                     payload: record.payload.clone(),
                 });
             }

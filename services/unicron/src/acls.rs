@@ -4,8 +4,7 @@
 //! One table says what every service reads and writes. The shared
 //! services (ingress, detector, planner, archiver, remote-write) get their
 //! topics by name; each cluster's writers (agent, executor, watcher) get
-//! the prefix of that cluster's own topics and nothing of another
-//! cluster's, which is what keeps one cluster from speaking for another
+//! that cluster's own topic and nothing of another cluster's, which is what keeps one cluster from speaking for another
 //! (with `kafka.cluster_topics`). Commands are one shared topic: every
 //! agent and executor may read all clusters' (they are signed, and each
 //! acts only on its own cluster's); documented as such.
@@ -14,6 +13,7 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 use clap::Args;
+use unicron_bus::whole_topic::READER_GROUP;
 use unicron_codec::{Topic, Topics, check_cluster_id};
 
 use crate::config::Config;
@@ -119,7 +119,7 @@ pub fn grants(
             read,
             "topic",
             "prefixed",
-            vec![format!("{}in.", config.kafka.topic_prefix)],
+            vec![topics.ingress_prefix()],
         ),
         grant(
             "ingress",
@@ -139,7 +139,7 @@ pub fn grants(
             read,
             "group",
             "literal",
-            vec![config.detector.group_id.clone()],
+            vec![config.detector.group_id.clone(), READER_GROUP.into()],
         ),
         grant(
             "detector",
@@ -174,7 +174,11 @@ pub fn grants(
             read,
             "group",
             "literal",
-            vec![config.planner.group_id.clone(), STATUS_READER.into()],
+            vec![
+                config.planner.group_id.clone(),
+                STATUS_READER.into(),
+                READER_GROUP.into(),
+            ],
         ),
         grant(
             "planner",
@@ -213,14 +217,16 @@ pub fn grants(
         ),
     ];
     for cluster in clusters {
-        let own = topics.ingress_prefix(cluster);
+        // Literal, not prefixed: the prefix `in.a` would match cluster
+        // `ab`'s topic too.
+        let own = topics.ingress_name(cluster);
         for role in ["agent", "executor", "watcher"] {
             let role = format!("{role}-{cluster}");
             out.push(grant(
                 &role,
                 &["Write", "Create"],
                 "topic",
-                "prefixed",
+                "literal",
                 vec![own.clone()],
             ));
         }
@@ -323,13 +329,11 @@ mod tests {
             assert!(!mine.is_empty(), "{role}");
             for g in &mine {
                 for name in &g.names {
-                    assert!(
-                        !name.contains(".b.") && !name.starts_with("unicron.in.b"),
-                        "{role}: {name}"
-                    );
+                    assert!(!name.starts_with("unicron.in.b"), "{role}: {name}");
                     if g.operations.contains(&"Write") {
                         assert!(
-                            name == "unicron.in.a." || name == "unicron.dlq",
+                            (name == "unicron.in.a" && g.pattern == "literal")
+                                || name == "unicron.dlq",
                             "{role} writes {name}"
                         );
                     }
@@ -362,6 +366,6 @@ mod tests {
             "{lines:#?}"
         );
         // A cluster's three writers share one line for its prefix.
-        assert!(lines.iter().any(|l| l.contains("--allow-principal User:unicron-agent-a --allow-principal User:unicron-executor-a --allow-principal User:unicron-watcher-a --operation Write --operation Create --topic unicron.in.a. --resource-pattern-type prefixed")), "{lines:#?}");
+        assert!(lines.iter().any(|l| l.contains("--allow-principal User:unicron-agent-a --allow-principal User:unicron-executor-a --allow-principal User:unicron-watcher-a --operation Write --operation Create --topic unicron.in.a --resource-pattern-type literal")), "{lines:#?}");
     }
 }

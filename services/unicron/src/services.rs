@@ -236,7 +236,7 @@ pub async fn ingress(config: &Config) -> anyhow::Result<()> {
         .into());
     }
     println!(
-        "ingress: group {} on {brokers}, clusters' own topics {}in.<cluster>.*",
+        "ingress: group {} on {brokers}, clusters' own topics {}in.<cluster>",
         config.ingress.group_id, config.kafka.topic_prefix
     );
     let _metrics = serve_metrics(config, false).await?;

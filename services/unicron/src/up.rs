@@ -222,7 +222,7 @@ pub async fn run(config: &Config, args: UpArgs) -> anyhow::Result<()> {
         services.spawn("ingress", StopOrder::WithTheRest, |shutdown| async move {
             Ok(unicron_ingress::run(&kafka, &at, &settings, shutdown.wait()).await?)
         });
-        println!("ingress: clusters' own topics {prefix}in.<cluster>.* into the shared ones");
+        println!("ingress: clusters' own topics {prefix}in.<cluster> into the shared ones");
     }
 
     let detector = config.detector.build()?;

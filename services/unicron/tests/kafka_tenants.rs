@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::{Running, wait_for};
 use unicron_bus::testing::kafka::{KafkaCluster, KafkaOptions, SaslSsl, kafka_or_skip};
 use unicron_codec::config::PropertyValue;
-use unicron_codec::{AvroCodec, KafkaConfig, Topics};
+use unicron_codec::{AvroCodec, KafkaConfig, Topic, Topics};
 use unicron_core::{
     ClusterEvent, ClusterEventKind, Command as UnicronCommand, CommandResult, DeadLetter, Decision,
     LogRecord,
@@ -322,7 +322,7 @@ fn no_cluster_can_speak_for_another_under_generated_acls() {
             producer_b
                 .send_bytes(
                     b.of::<ClusterEvent>(),
-                    b"b",
+                    &b.key(Topic::Cluster, b"b"),
                     &events.encode(&joined).unwrap(),
                 )
                 .await
@@ -333,7 +333,7 @@ fn no_cluster_can_speak_for_another_under_generated_acls() {
         producer_b
             .send_bytes(
                 b.of::<ClusterEvent>(),
-                b"b",
+                &b.key(Topic::Cluster, b"b"),
                 &events.encode(&submitted).unwrap(),
             )
             .await
@@ -344,13 +344,17 @@ fn no_cluster_can_speak_for_another_under_generated_acls() {
         let mut down = ClusterEvent::new("b", t0 + 1_000, ClusterEventKind::NodeDown);
         down.node = Some("n2".into());
         producer_a
-            .send_bytes(a.of::<ClusterEvent>(), b"b", &events.encode(&down).unwrap())
+            .send_bytes(
+                a.of::<ClusterEvent>(),
+                &a.key(Topic::Cluster, b"b"),
+                &events.encode(&down).unwrap(),
+            )
             .await
             .unwrap();
         producer_a
             .send_bytes(
                 a.of::<LogRecord>(),
-                b"n3",
+                &a.key(Topic::Logs, b"n3"),
                 &lines.encode(&log("b", "n3", t0 + 1_000)).unwrap(),
             )
             .await
@@ -360,7 +364,7 @@ fn no_cluster_can_speak_for_another_under_generated_acls() {
         let refused_foreign_topic = producer_a
             .send_bytes(
                 b.of::<LogRecord>(),
-                b"n3",
+                &b.key(Topic::Logs, b"n3"),
                 &lines.encode(&log("b", "n3", t0 + 1_001)).unwrap(),
             )
             .await
@@ -377,7 +381,7 @@ fn no_cluster_can_speak_for_another_under_generated_acls() {
         producer_b
             .send_bytes(
                 b.of::<LogRecord>(),
-                b"n1",
+                &b.key(Topic::Logs, b"n1"),
                 &lines.encode(&log("b", "n1", t0 + 2_000)).unwrap(),
             )
             .await
@@ -449,12 +453,7 @@ fn no_cluster_can_speak_for_another_under_generated_acls() {
         .collect();
     let mut sources: Vec<&str> = foreign.iter().map(|l| l.source_topic.as_str()).collect();
     sources.sort();
-    assert_eq!(
-        sources,
-        ["unicron.in.a.cluster", "unicron.in.a.logs"],
-        "{}",
-        context()
-    );
+    assert_eq!(sources, ["unicron.in.a", "unicron.in.a"], "{}", context());
     // Reading: a's agent sees no decision and b's executor no failure
     // (Kafka hides a topic a principal may not describe, or refuses it),
     // while they are there.

@@ -202,7 +202,9 @@ fn args() -> Args {
         std::process::exit(2);
     }
     if (a.cluster_topics || a.budget_records_per_s.is_some()) && (!a.pipeline || a.mock_broker) {
-        eprintln!("--cluster-topics and --budget-records-per-s need --pipeline and a broker of the run");
+        eprintln!(
+            "--cluster-topics and --budget-records-per-s need --pipeline and a broker of the run"
+        );
         std::process::exit(2);
     }
     if a.flood.is_some_and(|x| !a.pipeline || x < 1.0) {
@@ -401,21 +403,21 @@ async fn join_clusters(bus: &Bus, producer: &Producer, clusters: usize, nodes: u
     let codec = AvroCodec::default();
     let mut records = Vec::new();
     for cluster in (0..clusters).map(cluster_name) {
-        let topic = unicron_codec::Topics::bound(&bus.kafka, &cluster)
-            .name(unicron_codec::Topic::Cluster)
-            .to_string();
+        let topics = unicron_codec::Topics::bound(&bus.kafka, &cluster);
+        let topic = topics.name(unicron_codec::Topic::Cluster).to_string();
+        let key = topics.key_str(unicron_codec::Topic::Cluster, &cluster);
         for n in 0..nodes {
             let mut e = ClusterEvent::new(&cluster, START_MS, ClusterEventKind::NodeJoined);
             e.node = Some(node_name(n));
             e.gpus = Some(8);
-            records.push((topic.clone(), cluster.clone(), codec.encode(&e).unwrap()));
+            records.push((topic.clone(), key.clone(), codec.encode(&e).unwrap()));
         }
         for j in 0..JOBS {
             let share = (nodes / JOBS + usize::from(j < nodes % JOBS)) as i32 * 8;
             let mut e = ClusterEvent::new(&cluster, START_MS, ClusterEventKind::JobSubmitted);
             e.job_id = Some(format!("job-{j}"));
             e.job = Some(spec(share, [1.0, 2.0, 1.5][j % 3]));
-            records.push((topic.clone(), cluster.clone(), codec.encode(&e).unwrap()));
+            records.push((topic.clone(), key.clone(), codec.encode(&e).unwrap()));
         }
     }
     for chunk in records.chunks(10_000) {

@@ -230,7 +230,9 @@ pub async fn run(
         }
         let (kafka, brokers) = (bus.kafka.clone(), bus.brokers.clone());
         tokio::spawn(async move {
-            if let Err(e) = unicron_ingress::run(&kafka, &brokers, &settings, std::future::pending()).await {
+            if let Err(e) =
+                unicron_ingress::run(&kafka, &brokers, &settings, std::future::pending()).await
+            {
                 eprintln!("ingress: {e}");
             }
         });
@@ -891,6 +893,11 @@ impl Io {
         self.topics[c].name(topic).to_string()
     }
 
+    /// The key cluster `c`'s writers give a record of `topic` keyed `key`.
+    fn key(&self, c: usize, topic: unicron_codec::Topic, key: &str) -> String {
+        self.topics[c].key_str(topic, key)
+    }
+
     /// Sends `records` (topic, key, payload) in order, in the background;
     /// `counter` counts the acknowledged ones.
     fn send_in_order(
@@ -934,7 +941,7 @@ fn send_heartbeats(
             beat.job = node.job.map(|j| format!("job-{j}"));
             batch.push((
                 topic.clone(),
-                name,
+                io.key(c, unicron_codec::Topic::Agent, &name),
                 codec.encode(&beat).expect("a heartbeat encodes"),
             ));
         }
@@ -1050,7 +1057,11 @@ impl Run {
             let payload = AvroCodec::default()
                 .encode(&log)
                 .expect("a log line encodes");
-            records.push((io.topic(c, unicron_codec::Topic::Logs), name.clone(), payload));
+            records.push((
+                io.topic(c, unicron_codec::Topic::Logs),
+                io.key(c, unicron_codec::Topic::Logs, &name),
+                payload,
+            ));
         }
         if let Some(code) = shown.exit_code {
             let mut exit =
@@ -1059,7 +1070,11 @@ impl Run {
             exit.rank = Some(rank as i32);
             exit.exit_code = Some(code);
             let payload = AvroCodec::default().encode(&exit).expect("an exit encodes");
-            records.push((io.topic(c, unicron_codec::Topic::Agent), name.clone(), payload));
+            records.push((
+                io.topic(c, unicron_codec::Topic::Agent),
+                io.key(c, unicron_codec::Topic::Agent, &name),
+                payload,
+            ));
         }
         // A DCGM counter that moves with the line (ECC) is left out: the
         // line alone classifies it, and telemetry has its own bench.
@@ -1102,7 +1117,7 @@ impl Run {
         io.send_in_order(
             vec![(
                 io.topic(c, unicron_codec::Topic::Cluster),
-                cluster.name.clone(),
+                io.key(c, unicron_codec::Topic::Cluster, &cluster.name),
                 payload,
             )],
             |s| &s.repairs,
@@ -1317,7 +1332,7 @@ impl Run {
         io.send_in_order(
             vec![(
                 io.topic(c, unicron_codec::Topic::CommandResults),
-                command.cluster,
+                io.key(c, unicron_codec::Topic::CommandResults, &command.cluster),
                 payload,
             )],
             |s| &s.results,
