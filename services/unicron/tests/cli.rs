@@ -454,6 +454,47 @@ fn up_summary(extra: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap()
 }
 
+/// With clusters' own topics (`kafka.cluster_topics`) the simulated
+/// cluster and the executor write the cluster's own topic, `up` runs the
+/// ingress, and the same three failures are detected and acted on within
+/// the same bounds: the extra hop costs no detection and no late action.
+#[test]
+fn up_with_clusters_own_topics_heals_through_the_ingress() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.csv");
+    std::fs::write(
+        &trace,
+        "time_s,node,kind\n200,node-001,nccl_timeout\n400,node-008,cuda_error\n600,node-014,ecc_error\n",
+    )
+    .unwrap();
+    let s = up_summary(
+        &[
+            "--duration",
+            "40s",
+            "--speed",
+            "20",
+            "--no-archive",
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        &[("UNICRON_KAFKA__CLUSTER_TOPICS", "true")],
+    );
+    assert_eq!(s["failures_detected"], 3, "{s:#}");
+    for fault in s["faults"].as_array().unwrap() {
+        assert_eq!(fault["detected_as"], fault["kind"], "{fault:#}");
+        let injected = fault["injected_ms"].as_i64().unwrap();
+        let detected = fault["detected_ms"].as_i64().unwrap() - injected;
+        let acted = fault["resolved_ms"].as_i64().unwrap_or(i64::MAX) - injected;
+        assert!(
+            detected <= 30_000,
+            "detected after {detected} ms: {fault:#}"
+        );
+        assert!(acted <= 60_000, "acted on after {acted} ms: {fault:#}");
+    }
+    assert_eq!(s["false_detections"], 0, "{s:#}");
+    assert_eq!(s["failed_actions"], 0, "{s:#}");
+}
+
 /// One failure of each severity, from a trace, across the processes of a
 /// real run: each is detected as its kind and answered by an action of its
 /// recovery path, once, within bounded simulated time, and the archive
