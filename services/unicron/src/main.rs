@@ -24,6 +24,8 @@ mod status;
 mod topics;
 #[cfg(feature = "simulator")]
 mod up;
+#[cfg(feature = "simulator")]
+mod up_progress;
 mod usage;
 
 use std::process::ExitCode;

@@ -5,6 +5,7 @@
 //! the chaos driver and the benchmarks run it too.
 
 pub mod kafka;
+mod kafka_options;
 
 use std::time::Duration;
 
