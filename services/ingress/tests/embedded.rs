@@ -11,18 +11,9 @@ use unicron_ingress::IngressSettings;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn node_down(cluster: &str, node: &str, time_ms: i64) -> ClusterEvent {
-    let mut event = ClusterEvent::new(cluster, time_ms, ClusterEventKind::NodeDown);
-    event.node = Some(node.into());
-    event
-}
-
-/// Cluster a's writer publishes its own node_down and, forged, one of
-/// cluster b's and an Xid line "from" b's node; b publishes its own. Only
-/// the two genuine ones reach the shared topics; the forgeries are dead
-/// letters that say why.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn records_pass_on_for_their_own_cluster_and_forgeries_are_dead_lettered() {
+/// An embedded broker with the shared topics and clusters a's and b's own,
+/// and a configuration with clusters' own topics on.
+fn broker_with_clusters_a_and_b() -> (EmbeddedBroker, KafkaConfig) {
     let broker = EmbeddedBroker::start(1).unwrap();
     let mut kafka = KafkaConfig {
         cluster_topics: true,
@@ -40,6 +31,22 @@ async fn records_pass_on_for_their_own_cluster_and_forgeries_are_dead_lettered()
     ] {
         broker.ensure_topics(&t, &kafka.topic_prefix).unwrap();
     }
+    (broker, kafka)
+}
+
+fn node_down(cluster: &str, node: &str, time_ms: i64) -> ClusterEvent {
+    let mut event = ClusterEvent::new(cluster, time_ms, ClusterEventKind::NodeDown);
+    event.node = Some(node.into());
+    event
+}
+
+/// Cluster a's writer publishes its own node_down and, forged, one of
+/// cluster b's and an Xid line "from" b's node; b publishes its own. Only
+/// the two genuine ones reach the shared topics; the forgeries are dead
+/// letters that say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_pass_on_for_their_own_cluster_and_forgeries_are_dead_lettered() {
+    let (broker, kafka) = broker_with_clusters_a_and_b();
     let brokers = broker.bootstrap_servers().to_string();
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -140,23 +147,7 @@ async fn records_pass_on_for_their_own_cluster_and_forgeries_are_dead_lettered()
 /// and the rest are dropped, not dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_is_cut_to_its_clusters_budget_and_the_others_pass() {
-    let broker = EmbeddedBroker::start(1).unwrap();
-    let mut kafka = KafkaConfig {
-        cluster_topics: true,
-        ..KafkaConfig::default()
-    };
-    kafka.properties.insert(
-        "session.timeout.ms".into(),
-        unicron_codec::config::PropertyValue::Int(6000),
-    );
-    let topology = Topology::builtin();
-    for t in [
-        topology.clone(),
-        topology.of_cluster("a"),
-        topology.of_cluster("b"),
-    ] {
-        broker.ensure_topics(&t, &kafka.topic_prefix).unwrap();
-    }
+    let (broker, kafka) = broker_with_clusters_a_and_b();
     let brokers = broker.bootstrap_servers().to_string();
     let settings = IngressSettings {
         budget: unicron_core::ingress_budget::BudgetConfig {

@@ -454,6 +454,18 @@ fn up_summary(extra: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap()
 }
 
+/// A trace of one failure of each severity (an NCCL timeout, a CUDA
+/// error, an ECC error), written into `dir`.
+fn three_severities_trace(dir: &std::path::Path) -> std::path::PathBuf {
+    let trace = dir.join("trace.csv");
+    std::fs::write(
+        &trace,
+        "time_s,node,kind\n200,node-001,nccl_timeout\n400,node-008,cuda_error\n600,node-014,ecc_error\n",
+    )
+    .unwrap();
+    trace
+}
+
 /// With clusters' own topics (`kafka.cluster_topics`) the simulated
 /// cluster and the executor write the cluster's own topic, `up` runs the
 /// ingress, and the same three failures are detected and acted on within
@@ -461,12 +473,7 @@ fn up_summary(extra: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
 #[test]
 fn up_with_clusters_own_topics_heals_through_the_ingress() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("trace.csv");
-    std::fs::write(
-        &trace,
-        "time_s,node,kind\n200,node-001,nccl_timeout\n400,node-008,cuda_error\n600,node-014,ecc_error\n",
-    )
-    .unwrap();
+    let trace = three_severities_trace(dir.path());
     let s = up_summary(
         &[
             "--duration",
@@ -508,12 +515,7 @@ fn up_with_clusters_own_topics_heals_through_the_ingress() {
 #[test]
 fn up_answers_each_severity_with_its_action_once() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("trace.csv");
-    std::fs::write(
-        &trace,
-        "time_s,node,kind\n200,node-001,nccl_timeout\n400,node-008,cuda_error\n600,node-014,ecc_error\n",
-    )
-    .unwrap();
+    let trace = three_severities_trace(dir.path());
     let archive = dir.path().join("archive");
     let s = up_summary(
         &[
