@@ -200,6 +200,7 @@ pub fn agent_event(c: &mut Cursor<'_>) -> Result<AgentEvent> {
         signal: optional(c, Cursor::int)?,
         iteration: optional(c, Cursor::long)?,
         iteration_time_ms: optional(c, Cursor::double)?,
+        compute_ms: optional(c, Cursor::double)?,
         idle_tick: match c.take(1)? {
             [0] => false,
             [1] => true,
@@ -300,6 +301,7 @@ mod tests {
                 signal: some.then_some(15),
                 iteration: (!some).then_some(i64::MAX),
                 iteration_time_ms: some.then_some(1234.5),
+                compute_ms: some.then_some(987.25),
                 idle_tick: false,
                 worker: None,
             };

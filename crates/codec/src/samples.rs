@@ -104,6 +104,7 @@ pub fn agent(full: bool) -> AgentEvent {
         signal: full.then_some(9),
         iteration: full.then_some(1200),
         iteration_time_ms: full.then_some(1534.25),
+        compute_ms: full.then_some(1210.5),
         idle_tick: false,
         worker: None,
     }
@@ -134,6 +135,7 @@ pub fn failure(full: bool) -> FailureEvent {
         },
         first_evidence_ms: 1_764_000_000_000,
         detected_ms: 1_764_000_000_020,
+        slowdown: None,
     }
 }
 
@@ -198,6 +200,18 @@ pub fn cluster(full: bool) -> ClusterEvent {
                 step: Some(1200),
                 bytes: 1 << 30,
                 restore_ms: 4200,
+            })
+        }),
+        check: (!full).then(|| {
+            Box::new(unicron_core::NodeCheck {
+                command_id: Some("c:c1:unicron.cluster:0:7:0".into()),
+                duration_ms: 5_400,
+                failures: vec!["all-reduce: timed out after 30 s".into()],
+                skipped: vec!["gpu: nvidia-smi not found".into()],
+                matmul_gflops: Some(61.5),
+                memory_gbps: Some(9.25),
+                allreduce_gbps: None,
+                peer: Some("node-4".into()),
             })
         }),
     }

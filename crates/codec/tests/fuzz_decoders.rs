@@ -249,13 +249,18 @@ fn agent() -> impl Strategy<Value = AgentEvent> {
     (
         (text(), text(), any::<i64>(), kind),
         (opt(text()), opt(any::<i32>()), opt(any::<i32>())),
-        (opt(any::<i32>()), opt(any::<i64>()), opt(double())),
+        (
+            opt(any::<i32>()),
+            opt(any::<i64>()),
+            opt(double()),
+            opt(double()),
+        ),
     )
         .prop_map(
             |(
                 (cluster, node, time_ms, kind),
                 (job, rank, exit_code),
-                (signal, iteration, iteration_time_ms),
+                (signal, iteration, iteration_time_ms, compute_ms),
             )| AgentEvent {
                 cluster,
                 node,
@@ -267,6 +272,7 @@ fn agent() -> impl Strategy<Value = AgentEvent> {
                 signal,
                 iteration,
                 iteration_time_ms,
+                compute_ms,
                 idle_tick: false,
                 worker: None,
             },
@@ -328,6 +334,7 @@ fn failure() -> impl Strategy<Value = FailureEvent> {
                 evidence,
                 first_evidence_ms,
                 detected_ms,
+                slowdown: None,
             },
         )
 }
@@ -387,6 +394,7 @@ fn cluster_event() -> impl Strategy<Value = ClusterEvent> {
                 snapshot_address: None,
                 snapshots: Vec::new(),
                 restored: None,
+                check: None,
             },
         )
 }

@@ -26,6 +26,21 @@ pub struct Role {
     pub snapshots: Option<Box<SnapshotPlan>>,
 }
 
+/// This node's part in a `check_node` command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckRole {
+    pub command_id: String,
+    /// The node checked (it reports `node_checked`).
+    pub node: String,
+    /// The checked peer of the all-reduce, if the planner found one.
+    pub peer: Option<String>,
+    /// 0 on the checked node, 1 on its peer.
+    pub pair_rank: u32,
+    /// Where the pair meets: the checked node's address and the port.
+    pub master_addr: Option<String>,
+    pub master_port: Option<u16>,
+}
+
 /// Where one local rank resumes from, as its worker is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RankRestore {
@@ -115,6 +130,9 @@ pub enum AgentStep {
     Stop { job: Option<String> },
     /// The command names this node for a job it cannot run.
     Refuse(String),
+    /// Run the pre-flight check (as the checked node, or as its peer in
+    /// the pairwise all-reduce); the workers are left alone.
+    Check(CheckRole),
     /// Nothing to do here.
     Nothing,
 }
@@ -142,6 +160,12 @@ pub fn part(
         // The scheduler's executor gives the node back; the agent starts
         // nothing until a re-plan names the node.
         CommandAction::ReturnNode => Part::Skip,
+        // The checked node answers; its peer only joins the all-reduce.
+        CommandAction::CheckNode if command.nodes.first().is_some_and(|n| n == node) => {
+            Part::Answer
+        }
+        CommandAction::CheckNode if named => Part::Silent,
+        CommandAction::CheckNode => Part::Skip,
         // A pause names no node: every agent that may run the job stops it
         // if it runs here, and says so (the first answer is final).
         CommandAction::Pause if local_job => Part::Answer,
@@ -178,6 +202,20 @@ pub fn step(
     match command.action {
         CommandAction::IsolateNode => AgentStep::Stop { job: None },
         CommandAction::ReturnNode => AgentStep::Nothing,
+        CommandAction::CheckNode => match command.nodes.iter().position(|n| n == node) {
+            Some(rank) => AgentStep::Check(CheckRole {
+                command_id: command.id.clone(),
+                node: command.nodes[0].clone(),
+                peer: command.nodes.get(1).cloned(),
+                pair_rank: rank as u32,
+                master_addr: command.rendezvous.as_ref().map(|r| r.master_addr.clone()),
+                master_port: command
+                    .rendezvous
+                    .as_ref()
+                    .and_then(|r| u16::try_from(r.master_port).ok()),
+            }),
+            None => AgentStep::Nothing,
+        },
         CommandAction::Pause => match (job, running) {
             (Some(j), Some(r)) if j == r => AgentStep::Stop {
                 job: Some(j.to_string()),

@@ -31,6 +31,7 @@ pub fn failure(
         evidence: vec![],
         first_evidence_ms,
         detected_ms,
+        slowdown: None,
     }
 }
 

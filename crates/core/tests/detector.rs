@@ -110,6 +110,29 @@ impl Harness {
         self.feed("unicron.agent", Observation::Agent(e));
     }
 
+    /// A synchronous step: every rank took `step_ms`, of which `compute_ms`
+    /// was its own compute.
+    fn step(&mut self, rank: i32, iteration: i64, t: i64, step_ms: f64, compute_ms: f64) {
+        let mut e = agent(
+            &node(rank as usize),
+            Some("j"),
+            t,
+            AgentEventKind::IterationDone,
+        );
+        e.rank = Some(rank);
+        e.iteration = Some(iteration);
+        e.iteration_time_ms = Some(step_ms);
+        e.compute_ms = Some(compute_ms);
+        self.feed("unicron.agent", Observation::Agent(e));
+    }
+
+    fn stragglers(&self) -> Vec<&FailureEvent> {
+        self.failures
+            .iter()
+            .filter(|f| f.kind == FailureKind::Straggler)
+            .collect()
+    }
+
     fn sample(&mut self, node: &str, name: &str, value: f64, t: i64, labels: &[(&str, &str)]) {
         self.feed(
             "unicron.telemetry",
@@ -146,6 +169,7 @@ fn agent(node: &str, job: Option<&str>, t: i64, kind: AgentEventKind) -> AgentEv
         signal: None,
         iteration: None,
         iteration_time_ms: None,
+        compute_ms: None,
         idle_tick: false,
         worker: None,
     }
@@ -386,6 +410,46 @@ fn one_slow_iteration_is_a_hang_and_a_slow_rank_is_a_straggler() {
         .collect();
     assert_eq!(hangs.len(), 1, "{:#?}", h.failures);
     assert_eq!(hangs[0].rule.as_deref(), Some("progress.slow_iteration"));
+}
+
+/// Four ranks of a synchronous job, 40 steps, 200 ms apart; `compute`
+/// gives a rank's own compute at a step. Every step lasts as long as the
+/// slowest compute plus the all-reduce.
+fn synchronous(h: &mut Harness, compute: impl Fn(i32, i64) -> f64) {
+    for it in 0..40 {
+        let slowest = (0..4).map(|r| compute(r, it)).fold(0.0, f64::max);
+        for rank in 0..4 {
+            h.step(rank, it, T0 + it * 200, slowest + 20.0, compute(rank, it));
+        }
+    }
+}
+
+#[test]
+fn the_rank_slow_in_its_own_compute_is_the_straggler_not_those_that_wait() {
+    let mut h = Harness::new();
+    // From step 10, rank 2's compute takes 1.5×; every step waits for it.
+    synchronous(
+        &mut h,
+        |rank, it| if rank == 2 && it >= 10 { 150.0 } else { 100.0 },
+    );
+    let found = h.stragglers();
+    assert_eq!(found.len(), 1, "{:#?}", h.failures);
+    assert_eq!(found[0].node.as_deref(), Some("n2"));
+    assert_eq!(found[0].slowdown, Some(1.5));
+    assert!(found[0].evidence[0].excerpt.contains("computes in 150 ms"));
+    // The (upper) median of a 20-step window turns after 10 slow steps.
+    assert_eq!(found[0].first_evidence_ms, T0 + 19 * 200);
+}
+
+#[test]
+fn a_job_slow_on_every_rank_or_for_one_step_has_no_straggler() {
+    let mut h = Harness::new();
+    synchronous(&mut h, |_, it| if it >= 10 { 180.0 } else { 100.0 });
+    synchronous(
+        &mut h,
+        |rank, it| if rank == 1 && it == 25 { 900.0 } else { 100.0 },
+    );
+    assert!(h.stragglers().is_empty(), "{:#?}", h.failures);
 }
 
 #[test]

@@ -433,6 +433,7 @@ fn random_stream(seed: u64, len: usize) -> Vec<Input> {
                         snapshot_address: None,
                         snapshots: Vec::new(),
                         restored: None,
+                        check: None,
                         reason: None,
                     }),
                 )

@@ -7,15 +7,17 @@ use std::time::Instant;
 
 use tokio::sync::Mutex;
 use unicron_commands::{Carrier, Done, Outcome, Part};
-use unicron_core::Command;
 use unicron_core::agent::{self, AgentStep};
+use unicron_core::{ClusterEventKind, Command};
 
+use crate::report::{Reported, Reporter};
 use crate::settings::AgentSettings;
 use crate::supervisor::Supervisor;
 
 pub struct AgentCarrier {
     settings: Arc<AgentSettings>,
     supervisor: Arc<Mutex<Supervisor>>,
+    reporter: Arc<Reporter>,
     /// Commands issued this long before the agent started are history.
     history_before_ms: i64,
 }
@@ -24,12 +26,14 @@ impl AgentCarrier {
     pub fn new(
         settings: Arc<AgentSettings>,
         supervisor: Arc<Mutex<Supervisor>>,
+        reporter: Arc<Reporter>,
         started_ms: i64,
     ) -> AgentCarrier {
         let ttl_ms = (settings.command_ttl_s * 1000.0) as i64;
         AgentCarrier {
             settings,
             supervisor,
+            reporter,
             history_before_ms: started_ms - ttl_ms,
         }
     }
@@ -74,6 +78,11 @@ impl Carrier for AgentCarrier {
         let stacks = !command.causation.is_empty();
         tracing::info!(command = %command.id, action = command.action.symbol(), ?step, "carrying out");
         match step {
+            AgentStep::Check(role) => {
+                // The workers are left alone; the check runs beside them.
+                drop(supervisor);
+                self.check(&role, started).await
+            }
             AgentStep::Start(role) => {
                 supervisor.stop(None, &command.id, stacks).await;
                 match supervisor.start(&role, command) {
@@ -100,5 +109,26 @@ impl Carrier for AgentCarrier {
 
     fn node(&self) -> Option<&str> {
         Some(&self.settings.node)
+    }
+}
+
+impl AgentCarrier {
+    /// Runs this node's part of a pre-flight check; the checked node
+    /// reports what it measured (`node_checked`), its peer only served.
+    async fn check(&self, role: &unicron_core::agent::CheckRole, started: Instant) -> Done {
+        let check = crate::preflight::run(&self.settings, role).await;
+        let summary = if check.failures.is_empty() {
+            "check ran".to_string()
+        } else {
+            format!("check ran: {}", check.failures.join("; "))
+        };
+        tracing::info!(command = %role.command_id, ?check, "pre-flight check");
+        if role.pair_rank == 0 {
+            let mut event = self.reporter.cluster_event(ClusterEventKind::NodeChecked);
+            event.node = Some(self.settings.node.clone());
+            event.check = Some(Box::new(check));
+            self.reporter.send(Reported::Cluster(event));
+        }
+        done(Outcome::Succeeded, Some(summary), started)
     }
 }

@@ -13,6 +13,7 @@ mod kernel_log;
 pub mod metrics;
 mod output;
 mod pod_env;
+mod preflight;
 mod procfs;
 mod progress;
 mod report;
@@ -114,7 +115,12 @@ pub async fn run(
         Store::open(&settings.state_dir, StoreOptions { sync: false })
             .map_err(RuntimeError::from)?,
     );
-    let carrier = AgentCarrier::new(settings.clone(), supervisor.clone(), started_ms);
+    let carrier = AgentCarrier::new(
+        settings.clone(),
+        supervisor.clone(),
+        reporter.clone(),
+        started_ms,
+    );
     let name = format!("agent/{}", settings.node);
     let mut processor = CommandProcessor::new(gate, carrier, &name, &store)?;
     let mut options = RuntimeOptions::new(

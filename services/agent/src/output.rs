@@ -121,6 +121,7 @@ pub async fn follow(stream: impl AsyncRead + Unpin, which: Stream, mut ctx: Line
             );
             event.iteration = Some(progress.iteration);
             event.iteration_time_ms = progress.time_ms;
+            event.compute_ms = progress.compute_ms;
             ctx.reporter.send(Reported::Agent(event));
             let first = ctx.first_step.lock().ok().and_then(|mut f| f.take());
             if let Some(first) = first {

@@ -11,6 +11,10 @@ const MEGATRON: &str = r"iteration\s+(?P<iteration>\d+)\s*/\s*\d+\s*\|.*?elapsed
 /// `step 12`, `iter: 12`, `epoch=3`, at a word boundary.
 const PLAIN: &str = r"(?i)\b(?:step|iter|epoch)\b[\s:=#]*(?P<iteration>\d+)";
 
+/// `compute_ms=12.5` (or `compute ms: 12.5`) on a progress line: the
+/// rank's own compute in the step, apart from waiting in collectives.
+const COMPUTE: &str = r"\bcompute[_ ]ms\s*[=:]?\s*(?P<ms>[0-9]+(?:\.[0-9]+)?)";
+
 /// One iteration a worker reported finishing.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Progress {
@@ -18,12 +22,15 @@ pub struct Progress {
     /// Its time: from the line if it says, else the time since the
     /// worker's previous progress line (none for the first).
     pub time_ms: Option<f64>,
+    /// The rank's own compute within it, if the line says.
+    pub compute_ms: Option<f64>,
 }
 
 /// The patterns of one job, tried in order: the job's own first.
 #[derive(Debug, Clone)]
 pub struct ProgressPatterns {
     patterns: Vec<Regex>,
+    compute: Regex,
 }
 
 impl ProgressPatterns {
@@ -35,7 +42,21 @@ impl ProgressPatterns {
             .collect::<Result<Vec<_>, _>>()?;
         patterns.push(Regex::new(MEGATRON).expect("built-in pattern"));
         patterns.push(Regex::new(PLAIN).expect("built-in pattern"));
-        Ok(ProgressPatterns { patterns })
+        Ok(ProgressPatterns {
+            patterns,
+            compute: Regex::new(COMPUTE).expect("built-in pattern"),
+        })
+    }
+
+    /// The compute time a progress line reports, if any.
+    pub fn compute_ms(&self, line: &str) -> Option<f64> {
+        let ms = self
+            .compute
+            .captures(line)?
+            .name("ms")?
+            .as_str()
+            .parse::<f64>();
+        ms.ok().filter(|ms| ms.is_finite())
     }
 
     /// The iteration `line` reports, if any, and its time if it says.
@@ -76,6 +97,7 @@ impl ProgressTracker {
         Some(Progress {
             iteration,
             time_ms: ms.or(since),
+            compute_ms: self.patterns.compute_ms(line),
         })
     }
 }
@@ -94,6 +116,9 @@ mod tests {
         assert_eq!(p.parse("iter 7"), Some((7, None)));
         assert_eq!(p.parse("stepping into 5 things"), None);
         assert_eq!(p.parse("loss 2.0"), None);
+        assert_eq!(p.compute_ms("step 12 loss 2.1 compute_ms=41.5"), Some(41.5));
+        assert_eq!(p.compute_ms("step 12 compute ms: 7"), Some(7.0));
+        assert_eq!(p.compute_ms("step 12 loss 2.1"), None);
     }
 
     #[test]

@@ -75,6 +75,14 @@ pub struct AgentSettings {
     /// TCP port of the snapshot service peers send replicas to and fetch
     /// them from (on `address`); 0: any free port, announced to the planner.
     pub snapshot_port: u16,
+    /// Python that runs the pre-flight check (`check_node`): the one the
+    /// training runs under, so the check imports the same torch.
+    pub preflight_python: String,
+    /// The whole check's time bound; past it the check fails with that
+    /// reason (and the all-reduce's wait for its peer).
+    pub preflight_timeout_s: f64,
+    /// Seconds each timed part (matmul, memory, all-reduce) runs.
+    pub preflight_part_s: f64,
     pub jobs: Vec<JobSettings>,
 }
 
@@ -102,6 +110,9 @@ impl Default for AgentSettings {
             snapshot_memory_limit: 8 << 30,
             snapshot_secret_file: None,
             snapshot_port: 0,
+            preflight_python: "python3".into(),
+            preflight_timeout_s: 120.0,
+            preflight_part_s: 0.5,
             jobs: Vec::new(),
         }
     }
@@ -184,6 +195,8 @@ impl AgentSettings {
             ("agent.command_ttl_s", self.command_ttl_s),
             ("agent.heartbeat_interval_s", self.heartbeat_interval_s),
             ("agent.stop_grace_s", self.stop_grace_s),
+            ("agent.preflight_timeout_s", self.preflight_timeout_s),
+            ("agent.preflight_part_s", self.preflight_part_s),
         ] {
             if !(value.is_finite() && value > 0.0) {
                 return Err(config(format!(

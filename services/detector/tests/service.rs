@@ -568,6 +568,7 @@ async fn every_undecodable_record_is_dead_lettered_once_with_a_reason() {
         signal: None,
         iteration: None,
         iteration_time_ms: None,
+        compute_ms: None,
         idle_tick: false,
         worker: None,
     };

@@ -29,6 +29,7 @@ fn cluster_event(
         snapshot_address: None,
         snapshots: Vec::new(),
         restored: None,
+        check: None,
     }
 }
 

@@ -88,6 +88,7 @@ impl Harness {
             snapshot_address: None,
             snapshots: Vec::new(),
             restored: None,
+            check: None,
             reason: None,
         })
         .await;

@@ -141,6 +141,7 @@ fn garbage_and_absurd_records_on_every_input_stop_nothing() {
                 evidence: vec![],
                 first_evidence_ms: t,
                 detected_ms: t,
+                slowdown: None,
             },
         )
         .await;

@@ -628,6 +628,7 @@ pub fn random_failure(a: &Args, rng: &mut Lcg, clusters: &[String], i: usize) ->
         evidence: vec![],
         first_evidence_ms: event_ms,
         detected_ms: event_ms,
+        slowdown: None,
     }
 }
 

@@ -25,6 +25,8 @@ pub struct Candidate {
     pub rank: Option<i32>,
     pub time_ms: i64,
     pub evidence: Vec<Evidence>,
+    /// `straggler`: how much slower than its peers.
+    pub slowdown: Option<f64>,
 }
 
 /// Kinds that are usually the echo of a fault elsewhere.

@@ -326,6 +326,7 @@ fn failure_event(
         evidence: candidate.evidence,
         first_evidence_ms: candidate.time_ms,
         detected_ms: detected_ms.max(candidate.time_ms),
+        slowdown: candidate.slowdown,
     };
     f.id = failure_id(&f);
     f
@@ -512,6 +513,7 @@ impl ClusterPass<'_> {
                     rank: None,
                     time_ms: first.time_ms,
                     evidence,
+                    slowdown: None,
                 };
             }
         }
@@ -542,6 +544,7 @@ impl ClusterPass<'_> {
                 .min()
                 .unwrap_or(first.time_ms),
             evidence,
+            slowdown: if single { sample.slowdown } else { None },
         }
     }
 }

@@ -107,6 +107,7 @@ fn telemetry(
                             &format!("{}{} = {}", sample.name, label_text(sample), sample.value),
                             config.excerpt_bytes,
                         )],
+                        slowdown: None,
                     });
                 }
             }
@@ -216,6 +217,7 @@ fn classify_log(
             &record.line,
             config.excerpt_bytes,
         )],
+        slowdown: None,
     })
 }
 
@@ -295,6 +297,7 @@ fn on_agent(
                 rank: event.rank,
                 time_ms: event.time_ms,
                 evidence: vec![evidence(source, &event.node, &what, config.excerpt_bytes)],
+                slowdown: None,
             }]
         }
         AgentEventKind::IterationDone => {
@@ -308,6 +311,7 @@ fn on_agent(
                     node: &event.node,
                     iteration: event.iteration,
                     time_ms: event.iteration_time_ms,
+                    compute_ms: event.compute_ms,
                     event_ms: event.time_ms,
                 },
                 config,
@@ -315,22 +319,28 @@ fn on_agent(
             signals
                 .into_iter()
                 .map(|signal| {
-                    let (kind, node, rule, text) = match signal {
+                    let (kind, node, rule, text, slowdown) = match signal {
                         ProgressSignal::SlowIteration { time_ms, mean_ms } => (
                             FailureKind::TaskHang,
                             None,
                             "progress.slow_iteration",
                             format!("iteration took {time_ms:.0} ms, mean {mean_ms:.0} ms"),
+                            None,
                         ),
                         ProgressSignal::Straggler {
                             node,
-                            mean_ms,
+                            rank_ms,
                             median_ms,
+                            compute,
                         } => (
                             FailureKind::Straggler,
                             Some(node),
                             "progress.straggler",
-                            format!("rank mean {mean_ms:.0} ms against median {median_ms:.0} ms"),
+                            format!(
+                                "rank {} {rank_ms:.0} ms against its peers' median {median_ms:.0} ms",
+                                if compute { "computes in" } else { "steps in" }
+                            ),
+                            Some(rank_ms / median_ms),
                         ),
                     };
                     Candidate {
@@ -343,6 +353,7 @@ fn on_agent(
                         gpu: None,
                         job: Some(job.clone()),
                         time_ms: event.time_ms,
+                        slowdown,
                         evidence: vec![evidence(source, &event.node, &text, config.excerpt_bytes)],
                     }
                 })
@@ -373,6 +384,7 @@ fn on_agent(
                         &format!("worker pid {} is stopped (procfs state T)", worker.pid),
                         config.excerpt_bytes,
                     )],
+                    slowdown: None,
                 }]
             }
             _ => Vec::new(),

@@ -31,28 +31,33 @@ impl RunningStats {
     }
 }
 
-/// One rank's recent iteration times.
+/// One rank's recent iteration figures: its own compute time where the
+/// worker reports it, else its iteration time.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankProgress {
     pub node: String,
     pub last_iteration: i64,
     recent: VecDeque<f64>,
-    sum: f64,
     /// Reported as a straggler and not yet recovered.
     pub straggling: bool,
 }
 
 impl RankProgress {
-    fn push(&mut self, time_ms: f64, window: usize) {
-        self.recent.push_back(time_ms);
-        self.sum += time_ms;
+    fn push(&mut self, figure_ms: f64, window: usize) {
+        self.recent.push_back(figure_ms);
         while self.recent.len() > window {
-            self.sum -= self.recent.pop_front().unwrap_or(0.0);
+            self.recent.pop_front();
         }
     }
 
-    fn mean(&self, window: usize) -> Option<f64> {
-        (self.recent.len() >= window).then(|| self.sum / self.recent.len() as f64)
+    /// The median of a full window: one slow step (a snapshot, a
+    /// collective that waited) does not move it.
+    fn typical(&self, window: usize) -> Option<f64> {
+        (self.recent.len() >= window).then(|| {
+            let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+            sorted.sort_by(f64::total_cmp);
+            sorted[sorted.len() / 2]
+        })
     }
 }
 
@@ -77,6 +82,8 @@ pub struct IterationDone<'a> {
     pub node: &'a str,
     pub iteration: Option<i64>,
     pub time_ms: Option<f64>,
+    /// The rank's own compute within `time_ms`, when the worker says.
+    pub compute_ms: Option<f64>,
     pub event_ms: i64,
 }
 
@@ -85,11 +92,13 @@ pub struct IterationDone<'a> {
 pub enum ProgressSignal {
     /// This iteration took `factor` times the job's mean.
     SlowIteration { time_ms: f64, mean_ms: f64 },
-    /// This rank is persistently slower than the median rank.
+    /// This rank is persistently slower than its peers' median, in its
+    /// own compute (`compute`) or, where that is not reported, per step.
     Straggler {
         node: String,
-        mean_ms: f64,
+        rank_ms: f64,
         median_ms: f64,
+        compute: bool,
     },
 }
 
@@ -132,29 +141,44 @@ impl JobProgress {
         let Some(rank) = rank else {
             return signals;
         };
+        // In a synchronous job every rank's step waits for the slowest,
+        // so step times are alike; only its own compute names the slow one.
+        let figure = done.compute_ms.filter(|c| c.is_finite() && *c >= 0.0);
         let entry = self.ranks.entry(rank).or_default();
-        entry.node = node.to_string();
+        if entry.node != node {
+            // The rank moved (a re-plan): its history is another node's.
+            *entry = RankProgress {
+                node: node.to_string(),
+                ..RankProgress::default()
+            };
+        }
         if let Some(i) = iteration {
             entry.last_iteration = entry.last_iteration.max(i);
         }
-        entry.push(time_ms, window);
-        let Some(mine) = entry.mean(window) else {
+        entry.push(figure.unwrap_or(time_ms), window);
+        let Some(mine) = entry.typical(window) else {
             return signals;
         };
-        let mut means: Vec<f64> = self.ranks.values().filter_map(|r| r.mean(window)).collect();
-        if means.len() < 3 {
+        let mut peers: Vec<f64> = self
+            .ranks
+            .iter()
+            .filter(|(r, _)| **r != rank)
+            .filter_map(|(_, p)| p.typical(window))
+            .collect();
+        if peers.len() < 2 {
             return signals; // no meaningful median of peers
         }
-        means.sort_by(f64::total_cmp);
-        let median = means[means.len() / 2];
+        peers.sort_by(f64::total_cmp);
+        let median = peers[peers.len() / 2];
         let entry = self.ranks.get_mut(&rank).expect("inserted above");
-        if mine > straggler_factor * median {
+        if median > 0.0 && mine > straggler_factor * median {
             if !entry.straggling {
                 entry.straggling = true;
                 signals.push(ProgressSignal::Straggler {
                     node: entry.node.clone(),
-                    mean_ms: mine,
+                    rank_ms: mine,
                     median_ms: median,
+                    compute: figure.is_some(),
                 });
             }
         } else {

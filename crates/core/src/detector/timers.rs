@@ -236,6 +236,7 @@ fn lost_nodes(view: &mut ClusterView, watermark: i64) -> Vec<(i64, Candidate)> {
                 rank: None,
                 time_ms: node.last_heartbeat_ms.unwrap_or(at),
                 evidence: node.heartbeat_evidence.iter().cloned().collect(),
+                slowdown: None,
             },
         ));
     }
@@ -284,6 +285,7 @@ fn hung_jobs(
                 rank: None,
                 time_ms: progress.last_progress_ms.unwrap_or(at),
                 evidence: Vec::new(),
+                slowdown: None,
             },
         ));
     }

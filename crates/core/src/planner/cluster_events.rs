@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::config::PlannerConfig;
 use super::{
     ClusterState, Health, Job, JobStatus, Node, Plan, Planned, Policy, SNAPSHOT_REPORT, Step,
-    policy, replan, snapshots,
+    policy, preflight, replan, snapshots,
 };
 use crate::allocation::Profile;
-use crate::records::{ClusterEvent, ClusterEventKind, JobSpec};
+use crate::records::{ClusterEvent, ClusterEventKind, JobSpec, Severity};
 
 /// A job spec the planner can plan with, or the field that is wrong.
 pub(crate) fn validate_spec(spec: &JobSpec) -> Result<(), String> {
@@ -54,6 +54,7 @@ pub(super) fn on_cluster_event(
     };
     let mut hit_job = None;
     let mut return_node = None;
+    let mut check = None;
     // Reports of what agents hold and what restores cost: state only, no
     // plan is evaluated (they arrive every few training steps).
     let noted = |trigger_kind: &'static str, ref_id: String, reason: String| {
@@ -71,6 +72,7 @@ pub(super) fn on_cluster_event(
         })
     };
     match e.kind {
+        ClusterEventKind::NodeChecked => return on_node_checked(config, policy, state, e),
         ClusterEventKind::SnapshotsStored => {
             let node = need_node()?;
             let n = snapshots::note(state, &node, &e.snapshots);
@@ -158,18 +160,16 @@ pub(super) fn on_cluster_event(
         ClusterEventKind::NodeJoined | ClusterEventKind::NodeRepaired => {
             let id = need_node()?;
             let gpus = e.gpus.map_or(config.node_gpus, |g| g.max(0) as u32);
-            let node = state.nodes.entry(id.clone()).or_insert(Node {
-                gpus,
-                health: Health::Healthy,
-                failures: Vec::new(),
-                address: None,
-                snapshot_address: None,
-            });
+            let known = state.nodes.contains_key(&id);
+            let node = state.nodes.entry(id.clone()).or_insert(Node::new(gpus));
             // An agent announces its node every time it starts; only
-            // node_repaired gives back a node that was taken out.
+            // node_repaired gives back a node that was taken out, and only
+            // a passing check one that waits for it.
             let isolated = matches!(node.health, Health::Isolated | Health::Repairing);
-            let taken_out = isolated || node.health == Health::Held;
-            if e.kind == ClusterEventKind::NodeRepaired || !taken_out {
+            let taken_out = isolated || matches!(node.health, Health::Held | Health::Checking);
+            let repaired = e.kind == ClusterEventKind::NodeRepaired;
+            let recheck = node.health == Health::Checking;
+            if repaired || !taken_out {
                 node.health = Health::Healthy;
             }
             if e.address.is_some() {
@@ -185,7 +185,12 @@ pub(super) fn on_cluster_event(
                 // A (re)started agent holds no snapshots.
                 snapshots::forget_node(state, &id);
             }
-            if e.kind == ClusterEventKind::NodeRepaired && isolated {
+            if config.preflight && (!known || repaired || recheck) {
+                if let Some(node) = state.nodes.get_mut(&id) {
+                    node.give_back_on_pass |= repaired && isolated;
+                }
+                check = Some(preflight::start(state, &id));
+            } else if repaired && isolated {
                 // unicron took it out, so unicron gives it back to the
                 // scheduler (Slurm: RESUME of its own drain).
                 return_node = Some(id.clone());
@@ -229,7 +234,9 @@ pub(super) fn on_cluster_event(
             id
         }
         ClusterEventKind::Unknown => return Err("cluster event of unknown kind".into()),
-        ClusterEventKind::SnapshotsStored | ClusterEventKind::JobRestored => {
+        ClusterEventKind::SnapshotsStored
+        | ClusterEventKind::JobRestored
+        | ClusterEventKind::NodeChecked => {
             unreachable!("handled above")
         }
     };
@@ -248,9 +255,98 @@ pub(super) fn on_cluster_event(
         plan.actions.insert(0, policy::return_action(&node));
         plan.reason = format!("{node} repaired: give it back; {}", plan.reason);
     }
+    if let Some(action) = check {
+        let peer = match action.nodes.get(1) {
+            Some(peer) => format!("all-reduce with {peer}"),
+            None => "no idle checked peer for the all-reduce".to_string(),
+        };
+        plan.reason = format!(
+            "{ref_id} out of plans until its pre-flight check passes ({peer}); {}",
+            plan.reason
+        );
+        plan.actions.insert(0, action);
+    }
     Ok(Planned {
         trigger_kind: "cluster_event",
         ref_id,
+        plan,
+        failure_id: None,
+    })
+}
+
+/// Admits a node whose check passed, or isolates one that failed or is
+/// slow, and re-plans: a node admitted is capacity.
+fn on_node_checked(
+    config: &PlannerConfig,
+    policy: &dyn Policy,
+    state: &mut ClusterState,
+    e: &ClusterEvent,
+) -> Step {
+    let id = e
+        .node
+        .clone()
+        .ok_or_else(|| "NodeChecked without node".to_string())?;
+    let check = e
+        .check
+        .as_deref()
+        .ok_or_else(|| "node_checked without check".to_string())?;
+    let health = state.nodes.get(&id).map(|n| n.health);
+    if health != Some(Health::Checking) {
+        let plan = policy::with_snapshot(
+            config,
+            state,
+            Vec::new(),
+            format!("check of {id} not awaited ({health:?}): nothing changes"),
+        );
+        return Ok(Planned {
+            trigger_kind: "node_check",
+            ref_id: id,
+            plan,
+            failure_id: None,
+        });
+    }
+    let took = check.duration_ms as f64 / 1000.0;
+    let mut actions = Vec::new();
+    let plan = match preflight::verdict(config, state, &id, check) {
+        preflight::Verdict::Pass(figures) => {
+            let node = state.nodes.get_mut(&id).expect("checked above");
+            node.health = Health::Healthy;
+            node.checked = Some(figures);
+            if std::mem::take(&mut node.give_back_on_pass) {
+                actions.push(policy::return_action(&id));
+            }
+            let mut plan = policy.on_capacity_change(config, state, None);
+            let skipped = if check.skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" (not run: {})", check.skipped.join("; "))
+            };
+            plan.reason = format!(
+                "{id} passed its pre-flight check in {took:.1} s{skipped}: admitted; {}",
+                plan.reason
+            );
+            plan
+        }
+        preflight::Verdict::Out(why) => {
+            let node = state.nodes.get_mut(&id).expect("checked above");
+            node.health = Health::Isolated;
+            node.give_back_on_pass = false;
+            let isolate = policy::isolate_action(state, &id, None, Severity::Sev1);
+            policy::with_snapshot(
+                config,
+                state,
+                vec![isolate],
+                format!("{id} {why} (in {took:.1} s): isolate it, never placed"),
+            )
+        }
+    };
+    let mut plan = plan;
+    for (i, action) in actions.into_iter().enumerate() {
+        plan.actions.insert(i, action);
+    }
+    Ok(Planned {
+        trigger_kind: "node_check",
+        ref_id: id,
         plan,
         failure_id: None,
     })

@@ -58,6 +58,18 @@ pub struct PlannerConfig {
     /// Most of a job's training time its in-memory snapshots may block
     /// (0.02: 2%); a floor under the interval chosen at each start.
     pub snapshot_overhead_budget: f64,
+    /// Admit a node to plans only after its agent's pre-flight check
+    /// passes (first join, after a repair). Turn on only where every node
+    /// runs `unicron agent`: a node nobody checks is never placed.
+    pub preflight: bool,
+    /// A checked node whose matmul, memory or all-reduce figure is below
+    /// this share of the pool's median is slow: kept out like a failed one.
+    pub preflight_slow_share: f64,
+    /// Port of the pairwise all-reduce between a checked node and its peer.
+    pub preflight_port: u16,
+    /// Checked nodes the Unicron policy keeps idle per cluster: a job that
+    /// loses a node takes one and keeps its size instead of shrinking.
+    pub spares: u32,
 }
 
 impl Default for PlannerConfig {
@@ -77,6 +89,10 @@ impl Default for PlannerConfig {
             alternatives: 4,
             max_isolations_per_hour: None,
             snapshot_overhead_budget: 0.02,
+            preflight: false,
+            preflight_slow_share: 0.7,
+            preflight_port: 29_499,
+            spares: 0,
         }
     }
 }
@@ -93,6 +109,13 @@ impl PlannerConfig {
             return Err((
                 "snapshot_overhead_budget",
                 format!("{budget} is not a share between 0 and 1 (0.02: 2%)"),
+            ));
+        }
+        let share = self.preflight_slow_share;
+        if !(share > 0.0 && share < 1.0) {
+            return Err((
+                "preflight_slow_share",
+                format!("{share} is not a share between 0 and 1 (0.7: 70% of the median)"),
             ));
         }
         Ok(())

@@ -133,7 +133,7 @@ impl Planner {
             {
                 j.restarts += 1;
             }
-            let awaiting = if rendezvous.is_some() {
+            let awaiting = if rendezvous.is_some() && starts_workers(action.action) {
                 nodes.iter().cloned().collect()
             } else {
                 BTreeSet::new()
@@ -244,6 +244,21 @@ fn rendezvous(
     action: &Action,
 ) -> (Vec<String>, Option<Rendezvous>, Option<SnapshotPlan>) {
     let plain = (action.nodes.clone(), None, None);
+    if action.action == CommandAction::CheckNode && action.nodes.len() > 1 {
+        // The pair's all-reduce meets at the checked node.
+        let first = &action.nodes[0];
+        let master_addr = state
+            .nodes
+            .get(first)
+            .and_then(|n| n.address.clone())
+            .unwrap_or_else(|| first.clone());
+        let rendezvous = Rendezvous {
+            generation: 0,
+            master_addr,
+            master_port: i32::from(config.preflight_port),
+        };
+        return (action.nodes.clone(), Some(rendezvous), None);
+    }
     if !starts_workers(action.action) {
         return plain;
     }

@@ -76,13 +76,10 @@ pub(super) fn on_failure(
         base
     };
     if let Some(node) = f.node.as_deref() {
-        let n = state.nodes.entry(node.to_string()).or_insert(Node {
-            gpus: config.node_gpus,
-            health: Health::Healthy,
-            failures: Vec::new(),
-            address: None,
-            snapshot_address: None,
-        });
+        let n = state
+            .nodes
+            .entry(node.to_string())
+            .or_insert(Node::new(config.node_gpus));
         push_bounded(&mut n.failures, now);
         if n.health == Health::Healthy && severity != Severity::Sev1 {
             n.health = Health::Suspect;
@@ -96,6 +93,7 @@ pub(super) fn on_failure(
         node: f.node.clone(),
         kind: f.kind,
         severity,
+        slowdown: f.slowdown,
     };
     let mut plan = plan_failure(config, policy, state, &hit);
     if severity != base {

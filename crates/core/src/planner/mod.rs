@@ -10,10 +10,13 @@ mod decide;
 mod failures;
 mod interval;
 mod policy;
+mod preflight;
 mod replan;
 mod results;
 pub mod snapshots;
+mod spares;
 mod state;
+mod stragglers;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,7 +35,7 @@ use crate::signing::CommandSigner;
 
 /// Version of the decision logic; bump it when the same inputs would lead
 /// to different decisions, so replay can tell a bug from a policy change.
-pub const POLICY_VERSION: &str = "3";
+pub const POLICY_VERSION: &str = "4";
 
 /// The trigger kind of decisions that only note an agent's snapshots: a
 /// few a second per node, so views of recent decisions leave them out.

@@ -9,6 +9,7 @@ use crate::records::{CommandAction, FailureKind, Severity};
 use super::config::{PlannerConfig, PolicyName};
 use super::replan::{self, Action, Plan};
 use super::state::{ClusterState, JobStatus};
+use super::stragglers;
 
 /// A failure as a policy sees it, after escalation.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,6 +18,8 @@ pub struct Hit {
     pub node: Option<String>,
     pub kind: FailureKind,
     pub severity: Severity,
+    /// `straggler`: the node's compute time over its peers' median.
+    pub slowdown: Option<f64>,
 }
 
 pub trait Policy {
@@ -44,7 +47,7 @@ pub fn policy(name: PolicyName) -> &'static dyn Policy {
     }
 }
 
-fn describe(hit: &Hit) -> String {
+pub(super) fn describe(hit: &Hit) -> String {
     let mut text = format!("{} {}", hit.severity, hit.kind);
     if let Some(node) = &hit.node {
         text.push_str(&format!(" on {node}"));
@@ -83,7 +86,7 @@ fn restart(state: &ClusterState, hit: &Hit, job: &str) -> Action {
 /// only if unicron agents run it: they carry on without the node, so a
 /// scheduler may release it from the job's allocation. Other jobs'
 /// allocations stay the scheduler's business.
-fn isolate_action(
+pub(super) fn isolate_action(
     state: &ClusterState,
     node: &str,
     from: Option<&str>,
@@ -125,6 +128,9 @@ impl Policy for Unicron {
 
     fn on_failure(&self, config: &PlannerConfig, state: &mut ClusterState, hit: &Hit) -> Plan {
         let what = describe(hit);
+        if let Some(plan) = stragglers::answer(config, state, hit, &what) {
+            return plan;
+        }
         match (hit.severity, hit.job.as_deref(), hit.node.as_deref()) {
             (Severity::Sev1, _, Some(node)) => {
                 let lost_from = replan::isolate(state, node);

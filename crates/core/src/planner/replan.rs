@@ -123,7 +123,8 @@ pub fn replica_nodes(node_gpus: u32, unit_gpus: i32) -> usize {
 /// each node is one allocation unit of `node_gpus`.
 pub fn problem(config: &PlannerConfig, state: &ClusterState, hit: &BTreeSet<String>) -> Problem {
     let unit = config.node_gpus.max(1);
-    let capacity = state.schedulable_nodes().len() as u32 * unit;
+    let nodes = state.schedulable_nodes().len() as u32;
+    let capacity = nodes.saturating_sub(super::spares::reserve(config, state)) * unit;
     let jobs = state
         .jobs
         .iter()
@@ -311,6 +312,7 @@ pub fn replan_all(
 ) -> Plan {
     let problem = problem(config, state, hit);
     let best = problem.solve();
+    let idle_before = state.free_nodes();
     let current: Vec<u32> = problem
         .jobs
         .iter()
@@ -368,11 +370,15 @@ pub fn replan_all(
         .filter(|(j, g)| j.current_gpus != **g || j.hit)
         .map(|(j, g)| format!("{} {}→{} GPUs", j.id, j.current_gpus, g))
         .collect();
-    let reason = if moves.is_empty() {
+    let mut reason = if moves.is_empty() {
         "re-plan keeps every job where it is".to_string()
     } else {
         format!("re-plan: {}", moves.join(", "))
     };
+    let idle_after = state.free_nodes();
+    if let Some(spares) = super::spares::note(config, &idle_before, hit, &assignment, &idle_after) {
+        reason = format!("{reason}; {spares}");
+    }
     Plan {
         actions,
         alternatives,

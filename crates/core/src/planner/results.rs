@@ -127,6 +127,7 @@ pub(super) fn on_result(
                         node: flight.node.clone(),
                         kind: crate::taxonomy::FailureKind::Unknown,
                         severity,
+                        slowdown: None,
                     };
                     let mut plan = plan_failure(config, policy, state, &hit);
                     plan.reason = format!(

@@ -254,11 +254,8 @@ mod tests {
             state.nodes.insert(
                 n.into(),
                 Node {
-                    gpus: 8,
-                    health: Health::Healthy,
-                    failures: Vec::new(),
-                    address: None,
                     snapshot_address: Some(format!("{n}:7000")),
+                    ..Node::new(8)
                 },
             );
         }

@@ -59,6 +59,9 @@ pub enum Health {
     /// else): out of plans until `node_repaired`, and not unicron's to give
     /// back.
     Held,
+    /// Joined or repaired, waiting for its pre-flight check to pass
+    /// (`planner.preflight`): out of plans.
+    Checking,
 }
 
 impl Health {
@@ -79,6 +82,40 @@ pub struct Node {
     /// Its agent's snapshot service (replicas go to and come from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_address: Option<String>,
+    /// Figures of its newest passing pre-flight check: the pool's median
+    /// judges the next node checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<CheckFigures>,
+    /// Repaired after unicron isolated it: given back to the scheduler
+    /// once its check passes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub give_back_on_pass: bool,
+}
+
+impl Node {
+    /// A healthy node of `gpus` GPUs nothing else is known of.
+    pub fn new(gpus: u32) -> Node {
+        Node {
+            gpus,
+            health: Health::Healthy,
+            failures: Vec::new(),
+            address: None,
+            snapshot_address: None,
+            checked: None,
+            give_back_on_pass: false,
+        }
+    }
+}
+
+/// What a passing pre-flight check measured.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct CheckFigures {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matmul_gflops: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_gbps: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -24,6 +24,8 @@ pub enum ClusterEventKind {
     SnapshotsStored,
     /// A rank resumed training after a start command (`restored`).
     JobRestored,
+    /// An agent ran the pre-flight check on its node (`check`).
+    NodeChecked,
 }
 
 /// One measured point of a job's throughput profile T(x).
@@ -78,6 +80,36 @@ pub struct ClusterEvent {
     /// job_restored: what one rank's restore cost (boxed: rare, and large).
     #[serde(default)]
     pub restored: Option<Box<RestoreReport>>,
+    /// node_checked: what the node's pre-flight check found (boxed: rare).
+    #[serde(default)]
+    pub check: Option<Box<NodeCheck>>,
+}
+
+/// What a node's pre-flight check measured and what failed (see
+/// `schemas/ClusterEvent.avsc`). The planner judges the figures against
+/// the pool's, so replay reaches the same verdict.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct NodeCheck {
+    /// The `check_node` command it answers (`None`: checked at start).
+    #[serde(default)]
+    pub command_id: Option<String>,
+    #[serde(default)]
+    pub duration_ms: i64,
+    /// Why the node fails, one entry per part; a part that could not run
+    /// is a failure with its reason. Empty: it passed.
+    #[serde(default)]
+    pub failures: Vec<String>,
+    /// Parts not run, and why (no GPU tools, no healthy peer).
+    #[serde(default)]
+    pub skipped: Vec<String>,
+    #[serde(default)]
+    pub matmul_gflops: Option<f64>,
+    #[serde(default)]
+    pub memory_gbps: Option<f64>,
+    #[serde(default)]
+    pub allreduce_gbps: Option<f64>,
+    #[serde(default)]
+    pub peer: Option<String>,
 }
 
 /// One complete in-memory snapshot an agent holds.
@@ -142,6 +174,7 @@ impl ClusterEvent {
             snapshot_address: None,
             snapshots: Vec::new(),
             restored: None,
+            check: None,
         }
     }
 }

@@ -17,6 +17,9 @@ pub enum CommandAction {
     /// Give a node unicron isolated back to the scheduler (Slurm: RESUME,
     /// only if unicron's own drain is still on it).
     ReturnNode,
+    /// Run the pre-flight check on a node (its agent answers with a
+    /// `node_checked` cluster event) before plans may use it.
+    CheckNode,
 }
 
 impl CommandAction {
@@ -31,6 +34,7 @@ impl CommandAction {
             CommandAction::Pause => "pause",
             CommandAction::Unknown => "unknown",
             CommandAction::ReturnNode => "return_node",
+            CommandAction::CheckNode => "check_node",
         }
     }
 }

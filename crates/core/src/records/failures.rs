@@ -46,7 +46,7 @@ pub struct Evidence {
 }
 
 /// One classified, correlated failure (`unicron.failures`, key: cluster).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FailureEvent {
     pub id: String,
     pub cluster: String,
@@ -66,4 +66,7 @@ pub struct FailureEvent {
     pub evidence: Vec<Evidence>,
     pub first_evidence_ms: i64,
     pub detected_ms: i64,
+    /// `straggler`: the node's compute time over its peers' median.
+    #[serde(default)]
+    pub slowdown: Option<f64>,
 }

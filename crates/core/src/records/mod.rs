@@ -16,7 +16,7 @@ mod observations;
 
 pub use checkpoints::{CheckpointManifest, CheckpointedCluster, ConsumedOffset, PlannerCheckpoint};
 pub use cluster_events::{
-    AgentLaunch, ClusterEvent, ClusterEventKind, JobSpec, RestoreReport, SnapshotHeld,
+    AgentLaunch, ClusterEvent, ClusterEventKind, JobSpec, NodeCheck, RestoreReport, SnapshotHeld,
     ThroughputPoint,
 };
 pub use commands::{

@@ -79,6 +79,10 @@ pub struct AgentEvent {
     pub iteration: Option<i64>,
     #[serde(default)]
     pub iteration_time_ms: Option<f64>,
+    /// Of the iteration's time, what this rank spent in its own compute
+    /// (not waiting for peers in collectives), when the worker says.
+    #[serde(default)]
+    pub compute_ms: Option<f64>,
     /// Written by the detector, not an agent (kind `Unknown`): nothing
     /// arrived from the cluster for a while on inputs it had read to their
     /// end, and the cluster's event time has reached `time_ms`. A record,
@@ -133,6 +137,7 @@ impl AgentEvent {
             signal: None,
             iteration: None,
             iteration_time_ms: None,
+            compute_ms: None,
             idle_tick: false,
             worker: None,
         }

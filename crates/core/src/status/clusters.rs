@@ -47,6 +47,8 @@ pub struct NodeCounts {
     pub isolated: usize,
     pub repairing: usize,
     pub held: usize,
+    /// Waiting for a pre-flight check.
+    pub checking: usize,
 }
 
 impl NodeCounts {
@@ -58,6 +60,7 @@ impl NodeCounts {
             Health::Isolated => &mut self.isolated,
             Health::Repairing => &mut self.repairing,
             Health::Held => &mut self.held,
+            Health::Checking => &mut self.checking,
         } += 1;
     }
 }

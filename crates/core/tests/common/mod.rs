@@ -94,6 +94,7 @@ impl Feed {
                 snapshot_address: None,
                 snapshots: Vec::new(),
                 restored: None,
+                check: None,
                 reason: None,
             }),
         )

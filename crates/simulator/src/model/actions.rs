@@ -197,6 +197,12 @@ impl Sim {
                 first_node("return_node")?;
                 (Effect::ReturnNode, 0.0)
             }
+            CommandAction::CheckNode => {
+                return Err(
+                    "check_node: simulated nodes run no pre-flight check (planner.preflight off)"
+                        .into(),
+                );
+            }
             CommandAction::Unknown => return Err("unknown action".into()),
         };
         Ok(Accepted {

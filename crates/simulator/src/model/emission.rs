@@ -64,6 +64,7 @@ impl Sim {
                 snapshot_address: None,
                 snapshots: Vec::new(),
                 restored: None,
+                check: None,
             }));
         }
     }
@@ -88,6 +89,7 @@ impl Sim {
             signal,
             iteration: None,
             iteration_time_ms: None,
+            compute_ms: None,
             idle_tick: false,
             worker: None,
         })
@@ -198,6 +200,7 @@ impl Sim {
                     signal: None,
                     iteration: None,
                     iteration_time_ms: None,
+                    compute_ms: None,
                     idle_tick: false,
                     worker: None,
                 }));

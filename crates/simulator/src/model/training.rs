@@ -135,6 +135,7 @@ impl Sim {
                         signal: None,
                         iteration: Some(job.iteration as i64),
                         iteration_time_ms: Some(iteration_s * 1000.0 * jitter),
+                        compute_ms: None,
                         idle_tick: false,
                         worker: None,
                     }));

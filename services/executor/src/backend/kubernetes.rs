@@ -170,6 +170,7 @@ impl KubernetesBackend {
             | CommandAction::Resume => self.restart(kube, command).await,
             // Not taken part in (`beside_agents`): the agents stop the job.
             CommandAction::Pause => Ok(Err("pause is the agents' under Kubernetes".into())),
+            CommandAction::CheckNode => Ok(Err("check_node is the agents'".into())),
             CommandAction::Unknown => Ok(Err("unknown action".into())),
         }
     }

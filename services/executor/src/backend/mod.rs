@@ -57,9 +57,15 @@ pub(crate) trait ActionBackend: Send + Sync {
 /// rendezvous) are the agents' to restart, and they answer for them; so
 /// is a pause, which names no agent job apart from another: holding a job
 /// its agents are stopping would end its allocation (Slurm) or delete the
-/// pods the agents run in (Kubernetes).
+/// pods the agents run in (Kubernetes). A pre-flight check is the agents'
+/// alone.
 pub(crate) fn beside_agents(command: &Command) -> Part {
-    if command.rendezvous.is_some() || command.action == CommandAction::Pause {
+    if command.rendezvous.is_some()
+        || matches!(
+            command.action,
+            CommandAction::Pause | CommandAction::CheckNode
+        )
+    {
         Part::Skip
     } else {
         Part::Answer
@@ -241,6 +247,7 @@ mod tests {
             (CommandAction::IsolateNode, false, Part::Answer),
             (CommandAction::ReturnNode, false, Part::Answer),
             (CommandAction::Restart, false, Part::Answer),
+            (CommandAction::CheckNode, false, Part::Skip),
         ] {
             assert_eq!(slurm.part(&command(action, rendezvous)), part, "{action:?}");
             assert_eq!(http.part(&command(action, rendezvous)), Part::Answer);

@@ -101,6 +101,7 @@ impl SlurmBackend {
             | CommandAction::Resume => self.requeue(command).await,
             // Not taken part in (`beside_agents`): the agents stop the job.
             CommandAction::Pause => Ok(Err("pause is the agents' under Slurm".to_string())),
+            CommandAction::CheckNode => Ok(Err("check_node is the agents'".to_string())),
             CommandAction::Unknown => Ok(Err("unknown action".to_string())),
         };
         Attempt::from_scheduler(done, passing)
