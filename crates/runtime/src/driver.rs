@@ -82,10 +82,23 @@ pub async fn drive<P: Processor>(
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         interval
     });
+    let mut last_tick = tokio::time::Instant::now();
     // Ready while this loop runs; not ready once it ends, however it ends.
     let _ready = unicron_bus::metrics::ReadyGuard::new(options.service);
     tokio::pin!(shutdown);
     'reading: loop {
+        // A tick that is due runs between batches too: under a backlog
+        // the reader never idles, and a processor's ticks (the detector's
+        // lag guard) matter most then.
+        // Timers fire only when the runtime parks, which a busy reader
+        // may never do: the wall clock says when a tick is due.
+        if let (Some(interval), Some(every)) = (ticks.as_mut(), processor.tick_every())
+            && tokio::time::Instant::now() >= last_tick + every
+        {
+            interval.reset();
+            last_tick = tokio::time::Instant::now();
+            driver.tick(processor).await?;
+        }
         // With nothing left to read, the batch in flight lands now: an
         // idle loop leaves no record unmarked.
         let waiting = match driver.in_flight.is_empty() {
@@ -101,6 +114,7 @@ pub async fn drive<P: Processor>(
             None => tokio::select! {
                 record = source.recv() => record.map_err(RuntimeError::from)?,
                 _ = async { ticks.as_mut().expect("guarded").tick().await }, if ticks.is_some() => {
+                    last_tick = tokio::time::Instant::now();
                     driver.tick(processor).await?;
                     continue;
                 }

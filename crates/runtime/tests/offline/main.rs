@@ -3,6 +3,7 @@
 //! recording sink fails exactly where a test says. What crosses processes
 //! (SIGKILL, a real group) is tested in `kill_nine` on the embedded broker.
 
+mod backlog;
 mod rounds;
 mod script;
 
