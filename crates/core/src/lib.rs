@@ -11,6 +11,7 @@ pub mod agent;
 pub mod allocation;
 pub mod detector;
 pub mod executor;
+pub mod goodput;
 pub mod ingress_budget;
 pub mod planner;
 pub mod records;
