@@ -47,6 +47,11 @@ pub const WAF: Metric = Metric::gauge(
     "unicron_planner_waf",
     "WAF of the chosen plan, by cluster (weighted FLOP/s).",
 );
+/// Each job's wall time by cause, from the log (status page's reader).
+pub const GOODPUT: Metric = Metric::gauge(
+    "unicron_goodput_seconds",
+    "A job's wall time by cause (productive, snapshot, detection, recovery, redone, waiting), seconds, by cluster, job and cause.",
+);
 
 /// Every metric the planner exports.
 pub const METRICS: &[Metric] = &[
@@ -58,5 +63,6 @@ pub const METRICS: &[Metric] = &[
     CHECKPOINTS,
     CHECKPOINTS_RESTORED,
     CHECKPOINTS_REJECTED,
+    GOODPUT,
     WAF,
 ];

@@ -104,6 +104,9 @@ pub enum Command {
     Replay(crate::replay::ReplayArgs),
     /// The causal chain of one command: source records, failure, decision, command, results.
     Explain(crate::explain::ExplainArgs),
+    /// Each job's wall time by cause: productive, snapshot, detection, recovery, work redone,
+    /// waiting for nodes; from the log, as the status page shows it.
+    Goodput(crate::goodput::GoodputArgs),
     #[cfg(feature = "simulator")]
     /// Compare recovery policies under the same failures in the offline loop; print the table,
     /// write it and a plot into docs/EVALUATION.md.
@@ -200,6 +203,7 @@ pub async fn run(command: Command, config: Config, config_given: bool) -> anyhow
         #[cfg(feature = "simulator")]
         Command::Evaluate(args) => crate::evaluate::run(args),
         Command::Explain(args) => crate::explain::run(&config, args),
+        Command::Goodput(args) => crate::goodput::run(&config, args),
     }
 }
 

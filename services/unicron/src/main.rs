@@ -8,6 +8,7 @@ mod config;
 #[cfg(feature = "simulator")]
 mod evaluate;
 mod explain;
+mod goodput;
 mod history;
 mod keys;
 mod kube_watch;

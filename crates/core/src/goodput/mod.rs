@@ -16,8 +16,10 @@
 //!   not carry, and counted as such;
 //! - **snapshot**: the training time in-memory snapshots blocked (per
 //!   step, the slowest rank's `save()`);
-//! - **waiting**: no nodes (pending, paused), or the share of its peak size
-//!   a job ran without (running at 3 of 4 nodes loses a quarter);
+//! - **waiting**: no nodes (pending, paused), a start not caused by a
+//!   failure of the job (its first start, a re-plan moving it) until its
+//!   workers run, or the share of its peak size a job ran without
+//!   (running at 3 of 4 nodes loses a quarter);
 //! - **productive**: the rest.
 //!
 //! A failure that caused no start command of the job (a straggler kept, a
@@ -130,7 +132,9 @@ impl Goodput {
             .or_default()
     }
 
-    fn saw(&mut self, cluster: &str, time_ms: i64) {
+    /// The cluster's event time has reached `time_ms`: unfinished jobs'
+    /// time runs to it (the newest record read moves it too).
+    pub fn saw(&mut self, cluster: &str, time_ms: i64) {
         let mark = self
             .watermarks
             .entry(cluster.to_string())

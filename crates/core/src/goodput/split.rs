@@ -15,6 +15,46 @@ struct Outage {
     restored: Result<Option<i64>, ()>,
 }
 
+/// When a start command's workers ran again: its slowest rank's first
+/// step (agent reports), else its successful result, else not yet; and
+/// where they resumed (see [`Outage::restored`]).
+fn finished(
+    facts: &JobFacts,
+    results: &Results,
+    start: &super::facts::StartFact,
+) -> (Option<i64>, Result<Option<i64>, ()>) {
+    match facts.restores.get(&start.id) {
+        Some(ranks) if !ranks.is_empty() => {
+            let slowest = ranks.iter().map(|r| r.restore_ms).max().unwrap_or(0);
+            // Every rank resumes from the same step (the planner's
+            // restore point); a checkpoint says `None`.
+            let step = ranks.iter().find_map(|r| r.step);
+            (Some(start.time_ms + slowest.max(0)), Ok(step))
+        }
+        _ => (results.get(&start.id), Err(())),
+    }
+}
+
+/// Starts not caused by a failure of this job (its first start, a re-plan
+/// that moves it, another job's failure taking its nodes): the job waits
+/// for its nodes from the command until its workers run again.
+fn transitions(facts: &JobFacts, results: &Results) -> Vec<(i64, i64)> {
+    facts
+        .starts
+        .iter()
+        .filter(|s| {
+            !facts
+                .failures
+                .iter()
+                .any(|f| s.causation.iter().any(|c| c == &f.id))
+        })
+        .map(|s| {
+            let (done, _) = finished(facts, results, s);
+            (s.time_ms, done.unwrap_or(i64::MAX))
+        })
+        .collect()
+}
+
 fn outages(facts: &JobFacts, results: &Results) -> Vec<Outage> {
     let mut out = Vec::new();
     for f in &facts.failures {
@@ -27,17 +67,7 @@ fn outages(facts: &JobFacts, results: &Results) -> Vec<Outage> {
         else {
             continue;
         };
-        let ranks = facts.restores.get(&start.id);
-        let (recovered_ms, restored) = match ranks {
-            Some(ranks) if !ranks.is_empty() => {
-                let slowest = ranks.iter().map(|r| r.restore_ms).max().unwrap_or(0);
-                // Every rank resumes from the same step (the planner's
-                // restore point); a checkpoint says `None`.
-                let step = ranks.iter().find_map(|r| r.step);
-                (Some(start.time_ms + slowest.max(0)), Ok(step))
-            }
-            _ => (results.get(&start.id), Err(())),
-        };
+        let (recovered_ms, restored) = finished(facts, results, start);
         out.push(Outage {
             first_ms: f.first_evidence_ms.min(f.detected_ms),
             detected_ms: f.detected_ms,
@@ -70,6 +100,7 @@ pub(super) fn split(facts: &JobFacts, results: &Results, until_ms: i64) -> Split
         .unwrap_or(until_ms);
     let end = facts.finished_ms.unwrap_or(until_ms).max(start);
     let outages = outages(facts, results);
+    let transitions = transitions(facts, results);
 
     // Every time anything changes, in order.
     let mut bounds: Vec<i64> = vec![start, end];
@@ -77,6 +108,9 @@ pub(super) fn split(facts: &JobFacts, results: &Results, until_ms: i64) -> Split
     for o in &outages {
         bounds.extend([o.first_ms, o.detected_ms]);
         bounds.extend(o.recovered_ms);
+    }
+    for (from, to) in &transitions {
+        bounds.extend([*from, *to]);
     }
     bounds.retain(|t| (start..=end).contains(t));
     bounds.sort_unstable();
@@ -90,7 +124,13 @@ pub(super) fn split(facts: &JobFacts, results: &Results, until_ms: i64) -> Split
             }
             recovering |= t >= o.detected_ms && t < o.recovered_ms.unwrap_or(i64::MAX);
         }
-        recovering.then_some(Phase::Recovery)
+        if recovering {
+            return Some(Phase::Recovery);
+        }
+        transitions
+            .iter()
+            .any(|(from, to)| t >= *from && t < *to)
+            .then_some(Phase::Sized { gpus: 0, peak: 0 })
     };
 
     let mut out = Split {

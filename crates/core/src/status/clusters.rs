@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::StatusView;
 use super::shadow::ClusterLog;
 use super::waf::{FailureMark, JobView, WafPoint, cluster_waf, jobs};
+use crate::goodput::Split;
 use crate::planner::{ClusterState, Health};
 
 /// A node on the page: its health and the job placed on it.
@@ -36,6 +37,8 @@ pub struct ClusterView {
     pub skipped: u64,
     /// Decisions the shadow planner did not reproduce (policy or config differ).
     pub diverged: u64,
+    /// Its jobs' wall time by cause.
+    pub goodput: Split,
 }
 
 /// Nodes of a cluster by health.
@@ -105,6 +108,8 @@ pub struct ClusterSummary {
     pub decisions: u64,
     pub skipped: u64,
     pub diverged: u64,
+    /// Its jobs' wall time by cause.
+    pub goodput: Split,
 }
 
 impl StatusView {
@@ -153,6 +158,7 @@ impl StatusView {
                     decisions: log.caught_up.applied,
                     skipped: log.skipped,
                     diverged: log.caught_up.diverged,
+                    goodput: self.goodput.cluster_split(id),
                 }
             })
             .collect()
@@ -162,11 +168,15 @@ impl StatusView {
         let node_gpus = self.shadow.node_gpus();
         let state = self.shadow.state(id);
         let (waf, ideal_waf) = state.map_or((0.0, 0.0), |s| cluster_waf(s, node_gpus));
+        let mut jobs = state.map_or_else(Vec::new, |s| jobs(s, node_gpus));
+        for job in &mut jobs {
+            job.goodput = self.goodput.job_split(id, &job.id);
+        }
         ClusterView {
             id: id.to_string(),
             watermark_ms: state.map_or(0, |s| s.watermark_ms),
             nodes: state.map_or_else(Vec::new, nodes),
-            jobs: state.map_or_else(Vec::new, |s| jobs(s, node_gpus)),
+            jobs,
             waf,
             ideal_waf,
             series: log.series.iter().copied().collect(),
@@ -174,6 +184,7 @@ impl StatusView {
             decisions: log.caught_up.applied,
             skipped: log.skipped,
             diverged: log.caught_up.diverged,
+            goodput: self.goodput.cluster_split(id),
         }
     }
 }

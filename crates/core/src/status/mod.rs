@@ -72,12 +72,14 @@ pub struct StatusView {
     timeline: Timeline,
     incidents: IncidentLog,
     detectors: DetectorRounds,
+    goodput: crate::goodput::Goodput,
 }
 
 impl StatusView {
     /// A view whose shadow planner uses `config` (the planner's own).
     pub fn new(config: PlannerConfig) -> StatusView {
         StatusView {
+            goodput: crate::goodput::Goodput::new(config.node_gpus),
             shadow: Shadow::new(config),
             timeline: Timeline::new(),
             incidents: IncidentLog::new(),
@@ -110,6 +112,7 @@ impl StatusView {
     /// Takes one record into the view.
     pub fn apply(&mut self, read: Read) {
         self.incidents.apply(&read.record);
+        self.goodput.apply(&read.record);
         let position = (read.topic, read.partition, read.offset);
         match read.record {
             Record::Input(event) => {
@@ -204,6 +207,11 @@ impl StatusView {
     }
 
     /// The incident model itself.
+    /// Every job's wall time by cause, by (cluster, job).
+    pub fn goodput(&self) -> &crate::goodput::Goodput {
+        &self.goodput
+    }
+
     pub fn incident_log(&self) -> &IncidentLog {
         &self.incidents
     }

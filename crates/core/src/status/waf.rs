@@ -40,6 +40,8 @@ pub struct JobView {
     pub weight: f64,
     pub waf: f64,
     pub ideal_waf: f64,
+    /// Its wall time by cause, from the log.
+    pub goodput: Option<crate::goodput::Split>,
 }
 
 fn recovering(state: &ClusterState, job: &str) -> bool {
@@ -73,6 +75,7 @@ pub(super) fn jobs(state: &ClusterState, node_gpus: u32) -> Vec<JobView> {
                 weight: job.spec.weight,
                 waf: if in_recovery { 0.0 } else { job_waf(job, gpus) },
                 ideal_waf: ideal(&job.spec),
+                goodput: None,
             }
         })
         .collect()

@@ -206,3 +206,7 @@ mod sparse_tests;
 /// Jobs whose replicas span nodes, end to end.
 #[cfg(test)]
 mod replica_tests;
+
+/// The goodput split of a run's log against the simulator's accounting.
+#[cfg(test)]
+mod goodput_tests;

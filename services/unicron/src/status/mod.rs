@@ -74,12 +74,39 @@ pub struct StatusServer {
     pub addr: SocketAddr,
     server: JoinHandle<()>,
     reader: JoinHandle<()>,
+    gauges: JoinHandle<()>,
 }
 
 impl Drop for StatusServer {
     fn drop(&mut self) {
         self.server.abort();
         self.reader.abort();
+        self.gauges.abort();
+    }
+}
+
+/// Sets `unicron_goodput_seconds` from the view every few seconds: each
+/// job's split is computed from its facts, not on every record.
+async fn goodput_gauges(view: Arc<Mutex<StatusView>>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        every.tick().await;
+        let splits = view
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .goodput()
+            .splits();
+        for ((cluster, job), split) in splits {
+            for cause in unicron_core::goodput::CAUSES {
+                ::metrics::gauge!(
+                    unicron_planner::metrics::GOODPUT.name,
+                    "cluster" => cluster.clone(),
+                    "job" => job.clone(),
+                    "cause" => cause,
+                )
+                .set(split.seconds(cause));
+            }
+        }
     }
 }
 
@@ -135,6 +162,7 @@ pub async fn start(
             tracing::error!(error = %e, "status page stopped");
         }
     });
+    let gauges = tokio::spawn(goodput_gauges(view.clone()));
     let reader = tokio::spawn(feed::follow(
         kafka.clone(),
         brokers.to_string(),
@@ -145,6 +173,7 @@ pub async fn start(
         addr,
         server,
         reader,
+        gauges,
     })
 }
 
