@@ -98,6 +98,10 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint-sleep", type=float, default=0.0,
                    help="seconds added to every checkpoint save (not counted in "
                         "the iteration time), to make saves visibly slow in tests")
+    p.add_argument("--compute-timing", action="store_true",
+                   help="compute every micro-batch without DDP's overlapped all-reduce, then "
+                        "all-reduce the gradients at once, and say compute_ms= on the "
+                        "progress line: this rank's own compute, apart from waiting for peers")
     p.add_argument("--fail-at-step", type=int, default=None,
                    help="raise a fake CUDA illegal-memory-access error at this iteration")
     p.add_argument("--fail-rank", type=int, default=0, help="rank that fails")
@@ -310,6 +314,21 @@ def learning_rate(step, args):
     return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
+def all_reduce_gradients(model, world):
+    """What DDP's backward does, at once after the compute: every rank ends
+    with the mean of the ranks' gradients (one flat all-reduce)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
 def setup_distributed():
     if "WORLD_SIZE" not in os.environ:  # plain `python train.py`: one process
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
@@ -393,9 +412,22 @@ def main(argv=None):
     fail_here = (args.fail_at_step is not None and rank == args.fail_rank
                  and generation == args.fail_generation and restarts == 0)
     interval_ms, interval_loss, interval_n = 0.0, 0.0, 0
+    interval_compute_ms = 0.0
     last_loss = None
     for step in range(start_step, args.steps + 1):
         t0 = time.perf_counter()
+
+        def inject_failure():
+            if fail_here and step == args.fail_at_step:
+                raise RuntimeError(INJECTED_FAILURE)
+            if args.fail_file and os.path.exists(args.fail_file):
+                try:
+                    os.remove(args.fail_file)
+                except FileNotFoundError:
+                    pass  # another rank took it
+                else:
+                    raise RuntimeError(INJECTED_FAILURE)
+
         lr = learning_rate(step, args)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -406,23 +438,22 @@ def main(argv=None):
         optimizer.zero_grad(set_to_none=True)
         for i in range(n_micro):
             x, y = corpus.batch(first + i * mb, mb, args.seq_len)
-            if i < n_micro - 1:
+            if i < n_micro - 1 or args.compute_timing:
+                if i == n_micro - 1:
+                    inject_failure()
                 with ddp.no_sync():
                     loss = ddp(x, y)
                     (loss * loss_scale).backward()
             else:  # the last micro-batch's backward all-reduces the gradients
                 loss = ddp(x, y)
-                if fail_here and step == args.fail_at_step:
-                    raise RuntimeError(INJECTED_FAILURE)
-                if args.fail_file and os.path.exists(args.fail_file):
-                    try:
-                        os.remove(args.fail_file)
-                    except FileNotFoundError:
-                        pass  # another rank took it
-                    else:
-                        raise RuntimeError(INJECTED_FAILURE)
+                inject_failure()
                 (loss * loss_scale).backward()
             local_loss += loss.item()
+        if args.compute_timing:
+            # This rank's own compute ends here; the all-reduce waits for
+            # the slowest peer, so its time is not this rank's.
+            interval_compute_ms += (time.perf_counter() - t0) * 1000.0
+            all_reduce_gradients(model, world)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad)
         optimizer.step()
         total = torch.tensor([local_loss], dtype=torch.float64)
@@ -463,8 +494,10 @@ def main(argv=None):
                 f" learning rate: {lr:.3E} |"
                 f" global batch size: {G:5d} |"
                 f" lm loss: {interval_loss / interval_n:.6E} |"
-                f" grad norm: {float(grad_norm):.3f} |")
+                f" grad norm: {float(grad_norm):.3f} |"
+                + (f" compute_ms={interval_compute_ms / interval_n:.1f} |" if args.compute_timing else ""))
             interval_ms, interval_loss, interval_n = 0.0, 0.0, 0
+            interval_compute_ms = 0.0
 
         if args.checkpoint_every > 0 and step % args.checkpoint_every == 0:
             # Not counted in any iteration's time: the next iteration starts its

@@ -445,6 +445,10 @@ fn the_rank_slow_in_its_own_compute_is_the_straggler_not_those_that_wait() {
 fn a_job_slow_on_every_rank_or_for_one_step_has_no_straggler() {
     let mut h = Harness::new();
     synchronous(&mut h, |_, it| if it >= 10 { 180.0 } else { 100.0 });
+    // Tenfold on every rank at once: each rank's window turns at the same
+    // step, and ranks are judged on the same steps, whatever order their
+    // reports are read in.
+    synchronous(&mut h, |_, it| if it >= 10 { 1000.0 } else { 100.0 });
     synchronous(
         &mut h,
         |rank, it| if rank == 1 && it == 25 { 900.0 } else { 100.0 },

@@ -273,3 +273,23 @@ fn a_straggler_stays_when_replacing_it_does_not_pay() {
     assert!(commands(&out).is_empty());
     assert_eq!(nodes_of(&p, "j"), ["n1", "n2", "n3", "n4"]);
 }
+
+#[test]
+fn an_isolation_answered_after_the_repair_leaves_the_node_to_its_check() {
+    let config = PlannerConfig {
+        preflight: true,
+        ..PlannerConfig::default()
+    };
+    let (mut p, mut feed) = (with(config), Feed::new());
+    for n in ["n1", "n2", "n3"] {
+        p.apply(&feed.node_joined("a", n));
+        p.apply(&checked(&mut feed, n, 100.0, &[]));
+    }
+    let isolate = commands(&p.apply(&feed.failure("a", "n2", FailureKind::EccError)))[0].clone();
+    // Its agent was down: the repair comes before the isolation's answer.
+    p.apply(&feed.node_event("a", "n2", ClusterEventKind::NodeRepaired, "fixed"));
+    p.apply(&feed.result(&isolate, CommandStatus::Succeeded));
+    assert_eq!(health(&p, "n2"), Health::Checking);
+    p.apply(&checked(&mut feed, "n2", 100.0, &[]));
+    assert_eq!(health(&p, "n2"), Health::Healthy);
+}

@@ -319,15 +319,17 @@ fn on_agent(
             signals
                 .into_iter()
                 .map(|signal| {
-                    let (kind, node, rule, text, slowdown) = match signal {
+                    let (kind, node, rank, rule, text, slowdown) = match signal {
                         ProgressSignal::SlowIteration { time_ms, mean_ms } => (
                             FailureKind::TaskHang,
+                            None,
                             None,
                             "progress.slow_iteration",
                             format!("iteration took {time_ms:.0} ms, mean {mean_ms:.0} ms"),
                             None,
                         ),
                         ProgressSignal::Straggler {
+                            rank,
                             node,
                             rank_ms,
                             median_ms,
@@ -335,9 +337,10 @@ fn on_agent(
                         } => (
                             FailureKind::Straggler,
                             Some(node),
+                            Some(rank),
                             "progress.straggler",
                             format!(
-                                "rank {} {rank_ms:.0} ms against its peers' median {median_ms:.0} ms",
+                                "rank {rank} {} {rank_ms:.0} ms against its peers' median {median_ms:.0} ms",
                                 if compute { "computes in" } else { "steps in" }
                             ),
                             Some(rank_ms / median_ms),
@@ -348,7 +351,7 @@ fn on_agent(
                         severity: kind.default_severity(),
                         method: DetectionMethod::Statistical,
                         rule: Some(rule.into()),
-                        rank: if node.is_some() { event.rank } else { None },
+                        rank,
                         node,
                         gpu: None,
                         job: Some(job.clone()),

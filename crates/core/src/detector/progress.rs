@@ -32,32 +32,44 @@ impl RunningStats {
 }
 
 /// One rank's recent iteration figures: its own compute time where the
-/// worker reports it, else its iteration time.
+/// worker reports it, else its iteration time, by iteration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankProgress {
     pub node: String,
     pub last_iteration: i64,
-    recent: VecDeque<f64>,
+    recent: VecDeque<(i64, f64)>,
     /// Reported as a straggler and not yet recovered.
     pub straggling: bool,
 }
 
 impl RankProgress {
-    fn push(&mut self, figure_ms: f64, window: usize) {
-        self.recent.push_back(figure_ms);
+    fn push(&mut self, iteration: i64, figure_ms: f64, window: usize) {
+        // A restart resumes at an earlier step: what came after it is gone.
+        while self.recent.back().is_some_and(|(i, _)| *i >= iteration) {
+            self.recent.pop_back();
+        }
+        self.recent.push_back((iteration, figure_ms));
         while self.recent.len() > window {
             self.recent.pop_front();
         }
     }
 
-    /// The median of a full window: one slow step (a snapshot, a
-    /// collective that waited) does not move it.
-    fn typical(&self, window: usize) -> Option<f64> {
-        (self.recent.len() >= window).then(|| {
-            let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-            sorted.sort_by(f64::total_cmp);
-            sorted[sorted.len() / 2]
-        })
+    /// The median over the `window` iterations up to `iteration`, when
+    /// this rank has them all: one slow step (a snapshot, a collective
+    /// that waited) does not move it.
+    fn typical(&self, iteration: i64, window: usize) -> Option<f64> {
+        let from = iteration - window as i64;
+        let mut figures: Vec<f64> = self
+            .recent
+            .iter()
+            .filter(|(i, _)| *i > from && *i <= iteration)
+            .map(|(_, f)| *f)
+            .collect();
+        if figures.len() < window {
+            return None;
+        }
+        figures.sort_by(f64::total_cmp);
+        Some(figures[figures.len() / 2])
     }
 }
 
@@ -95,6 +107,7 @@ pub enum ProgressSignal {
     /// This rank is persistently slower than its peers' median, in its
     /// own compute (`compute`) or, where that is not reported, per step.
     Straggler {
+        rank: i32,
         node: String,
         rank_ms: f64,
         median_ms: f64,
@@ -138,7 +151,7 @@ impl JobProgress {
             // An outlier would inflate the mean it is judged against.
             self.stats.push(time_ms);
         }
-        let Some(rank) = rank else {
+        let (Some(rank), Some(iteration)) = (rank, iteration) else {
             return signals;
         };
         // In a synchronous job every rank's step waits for the slowest,
@@ -152,37 +165,58 @@ impl JobProgress {
                 ..RankProgress::default()
             };
         }
-        if let Some(i) = iteration {
-            entry.last_iteration = entry.last_iteration.max(i);
-        }
-        entry.push(figure.unwrap_or(time_ms), window);
-        let Some(mine) = entry.typical(window) else {
-            return signals;
-        };
-        let mut peers: Vec<f64> = self
-            .ranks
-            .iter()
-            .filter(|(r, _)| **r != rank)
-            .filter_map(|(_, p)| p.typical(window))
-            .collect();
-        if peers.len() < 2 {
-            return signals; // no meaningful median of peers
-        }
-        peers.sort_by(f64::total_cmp);
-        let median = peers[peers.len() / 2];
-        let entry = self.ranks.get_mut(&rank).expect("inserted above");
-        if median > 0.0 && mine > straggler_factor * median {
-            if !entry.straggling {
-                entry.straggling = true;
-                signals.push(ProgressSignal::Straggler {
-                    node: entry.node.clone(),
-                    rank_ms: mine,
-                    median_ms: median,
-                    compute: figure.is_some(),
-                });
+        entry.last_iteration = entry.last_iteration.max(iteration);
+        entry.push(iteration, figure.unwrap_or(time_ms), window);
+        signals.extend(self.stragglers(iteration, straggler_factor, window, figure.is_some()));
+        signals
+    }
+
+    /// Judges every rank on the same iterations, once each active rank has
+    /// reported `iteration`: ranks read at different moments of a change
+    /// that struck them all would otherwise look apart.
+    fn stragglers(
+        &mut self,
+        iteration: i64,
+        factor: f64,
+        window: usize,
+        compute: bool,
+    ) -> Vec<ProgressSignal> {
+        // Ranks still in the job: heard within the window.
+        let active = |r: &RankProgress| r.last_iteration > iteration - window as i64;
+        let mut typical = Vec::new();
+        for (rank, progress) in self.ranks.iter().filter(|(_, r)| active(r)) {
+            match progress.typical(iteration, window) {
+                Some(t) => typical.push((*rank, t)),
+                None => return Vec::new(), // not every rank is there yet
             }
-        } else {
-            entry.straggling = false;
+        }
+        if typical.len() < 3 {
+            return Vec::new(); // no meaningful median of peers
+        }
+        let mut signals = Vec::new();
+        for (rank, mine) in &typical {
+            let mut peers: Vec<f64> = typical
+                .iter()
+                .filter(|(r, _)| r != rank)
+                .map(|(_, t)| *t)
+                .collect();
+            peers.sort_by(f64::total_cmp);
+            let median = peers[peers.len() / 2];
+            let entry = self.ranks.get_mut(rank).expect("listed above");
+            if median > 0.0 && *mine > factor * median {
+                if !entry.straggling {
+                    entry.straggling = true;
+                    signals.push(ProgressSignal::Straggler {
+                        rank: *rank,
+                        node: entry.node.clone(),
+                        rank_ms: *mine,
+                        median_ms: median,
+                        compute,
+                    });
+                }
+            } else {
+                entry.straggling = false;
+            }
         }
         signals
     }

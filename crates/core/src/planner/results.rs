@@ -77,8 +77,11 @@ pub(super) fn on_result(
                 .or_default();
             seen.count += 1;
             seen.total_s += r.duration_ms.max(0) as f64 / 1000.0;
+            // Only a node still isolated goes to its repair: an answer that
+            // comes late (its agent was down) must not undo a repair since.
             if flight.action == CommandAction::IsolateNode
                 && let Some(node) = flight.node.as_deref().and_then(|n| state.nodes.get_mut(n))
+                && node.health == Health::Isolated
             {
                 node.health = Health::Repairing;
             }
