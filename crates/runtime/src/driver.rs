@@ -91,13 +91,14 @@ pub async fn drive<P: Processor>(
         // the reader never idles, and a processor's ticks (the detector's
         // lag guard) matter most then.
         // Timers fire only when the runtime parks, which a busy reader
-        // may never do: the wall clock says when a tick is due.
+        // may never do: the wall clock says when a tick is due. What the
+        // tick changes goes out with the batch being read, not on its own.
         if let (Some(interval), Some(every)) = (ticks.as_mut(), processor.tick_every())
             && tokio::time::Instant::now() >= last_tick + every
         {
             interval.reset();
             last_tick = tokio::time::Instant::now();
-            driver.tick(processor).await?;
+            driver.tick_between_batches(processor)?;
         }
         // With nothing left to read, the batch in flight lands now: an
         // idle loop leaves no record unmarked.
@@ -263,13 +264,19 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
 
     /// A tick: the processor's work due by time, then what it queued.
     async fn tick<P: Processor>(&mut self, processor: &mut P) -> Result<(), P::Error> {
+        self.tick_between_batches(processor)?;
+        self.settle(processor, Report::Always).await
+    }
+
+    /// A tick while records wait: the processor's state only; its outputs
+    /// leave with the next batch's end.
+    fn tick_between_batches<P: Processor>(&mut self, processor: &mut P) -> Result<(), P::Error> {
         let empty = PartitionOffsets::default();
         processor.tick(&Reading {
             last_read: self.last_read.as_ref().unwrap_or(&empty),
             positions: self.source,
             status: self.status(),
-        })?;
-        self.settle(processor, Report::Always).await
+        })
     }
 
     /// Reads every held partition up to the end it has now, for at most
