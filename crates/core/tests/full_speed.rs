@@ -203,7 +203,12 @@ fn a_spare_is_kept_idle_and_a_loss_takes_it_at_the_same_size() {
     p.apply(&feed.result(&isolate, CommandStatus::Succeeded));
     let out = p.apply(&feed.node_event("a", "n2", ClusterEventKind::NodeRepaired, "fixed"));
     assert_eq!(nodes_of(&p, "j"), ["n1", "n3", "n4", "n5"]);
-    assert!(decision(&out).reason.contains("spares idle 1 of 1 (n2)"));
+    // Kept idle, n2 forgoes what j would do on five nodes instead of four.
+    let reason = decision(&out).reason;
+    assert!(
+        reason.contains("spares idle 1 of 1 (n2), forgoing 1.000e15 FLOP/s of WAF now"),
+        "{reason}"
+    );
 }
 
 #[test]

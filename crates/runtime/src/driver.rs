@@ -98,7 +98,7 @@ pub async fn drive<P: Processor>(
         {
             interval.reset();
             last_tick = tokio::time::Instant::now();
-            driver.tick_between_batches(processor)?;
+            driver.tick_with(processor, true)?;
         }
         // With nothing left to read, the batch in flight lands now: an
         // idle loop leaves no record unmarked.
@@ -264,18 +264,23 @@ impl<S: Source, K: Sink> Driver<'_, S, K> {
 
     /// A tick: the processor's work due by time, then what it queued.
     async fn tick<P: Processor>(&mut self, processor: &mut P) -> Result<(), P::Error> {
-        self.tick_between_batches(processor)?;
+        self.tick_with(processor, false)?;
         self.settle(processor, Report::Always).await
     }
 
-    /// A tick while records wait: the processor's state only; its outputs
-    /// leave with the next batch's end.
-    fn tick_between_batches<P: Processor>(&mut self, processor: &mut P) -> Result<(), P::Error> {
+    /// The processor's tick; `backlog`: records are waiting (a tick
+    /// between batches, whose outputs leave with the next batch's end).
+    fn tick_with<P: Processor>(
+        &mut self,
+        processor: &mut P,
+        backlog: bool,
+    ) -> Result<(), P::Error> {
         let empty = PartitionOffsets::default();
         processor.tick(&Reading {
             last_read: self.last_read.as_ref().unwrap_or(&empty),
             positions: self.source,
             status: self.status(),
+            backlog,
         })
     }
 

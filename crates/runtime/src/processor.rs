@@ -126,6 +126,9 @@ pub struct Reading<'a> {
     pub(crate) last_read: &'a crate::offsets::PartitionOffsets,
     pub(crate) positions: &'a dyn Positions,
     pub status: BusStatus,
+    /// The tick came between batches, with records waiting: what looks
+    /// read to its end may only be a stale high watermark.
+    pub backlog: bool,
 }
 
 impl Reading<'_> {

@@ -337,7 +337,15 @@ impl Processor for DetectorProcessor {
     /// lag guard and queues idle ticks: all go into the round the runtime
     /// ends next.
     fn tick(&mut self, reading: &Reading<'_>) -> Result<(), DetectorError> {
-        for (topic, partition) in self.detector.behind_partitions() {
+        // Amid a backlog a partition is never declared read to its end: its
+        // high watermark may be stale, and a watermark let go too soon
+        // turns late evidence into a wrong verdict. Found behind, it is.
+        let behind = if reading.backlog {
+            Vec::new()
+        } else {
+            self.detector.behind_partitions()
+        };
+        for (topic, partition) in behind {
             let read_live = reading
                 .partitions()
                 .any(|(t, p)| t == topic && p == partition);

@@ -313,6 +313,13 @@ pub fn replan_all(
     let problem = problem(config, state, hit);
     let best = problem.solve();
     let idle_before = state.free_nodes();
+    // What the idle spares forgo now: the WAF with them put to use.
+    let reserved = super::spares::reserve(config, state);
+    let forgone = (reserved > 0).then(|| {
+        let mut open = problem.clone();
+        open.gpus += reserved * problem.unit;
+        (open.solve().waf - best.waf).max(0.0)
+    });
     let current: Vec<u32> = problem
         .jobs
         .iter()
@@ -376,7 +383,9 @@ pub fn replan_all(
         format!("re-plan: {}", moves.join(", "))
     };
     let idle_after = state.free_nodes();
-    if let Some(spares) = super::spares::note(config, &idle_before, hit, &assignment, &idle_after) {
+    if let Some(spares) =
+        super::spares::note(config, &idle_before, hit, &assignment, &idle_after, forgone)
+    {
         reason = format!("{reason}; {spares}");
     }
     Plan {

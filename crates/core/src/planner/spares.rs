@@ -29,13 +29,15 @@ pub(super) fn reserve(config: &PlannerConfig, state: &ClusterState) -> u32 {
 }
 
 /// What a re-plan did with the spares, for its decision's reason: which
-/// hit job took which idle node, and what is left idle.
+/// hit job took which idle node instead of shrinking, what is left idle,
+/// and the WAF keeping them idle forgoes now (`forgone`, FLOP/s).
 pub(super) fn note(
     config: &PlannerConfig,
     idle_before: &[String],
     hit: &BTreeSet<String>,
     assignment: &BTreeMap<String, Vec<String>>,
     idle_after: &[String],
+    forgone: Option<f64>,
 ) -> Option<String> {
     if config.spares == 0 {
         return None;
@@ -58,13 +60,18 @@ pub(super) fn note(
         })
         .collect();
     parts.push(format!(
-        "spares idle {} of {}{}",
+        "spares idle {} of {}{}{}",
         idle_after.len(),
         config.spares,
         if idle_after.is_empty() {
             String::new()
         } else {
             format!(" ({})", idle_after.join(", "))
+        },
+        match forgone {
+            Some(waf) if waf > 0.0 => format!(", forgoing {waf:.3e} FLOP/s of WAF now"),
+            Some(_) => ", forgoing nothing now (no job would grow)".to_string(),
+            None => String::new(),
         }
     ));
     Some(parts.join("; "))
