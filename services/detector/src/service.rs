@@ -337,15 +337,16 @@ impl Processor for DetectorProcessor {
     /// lag guard and queues idle ticks: all go into the round the runtime
     /// ends next.
     fn tick(&mut self, reading: &Reading<'_>) -> Result<(), DetectorError> {
-        // Amid a backlog a partition is never declared read to its end: its
-        // high watermark may be stale, and a watermark let go too soon
-        // turns late evidence into a wrong verdict. Found behind, it is.
-        let behind = if reading.backlog {
-            Vec::new()
-        } else {
-            self.detector.behind_partitions()
-        };
-        for (topic, partition) in behind {
+        if reading.backlog {
+            // Amid a backlog only the lag guard and the outage hold move:
+            // they must hold the timers while the backlog lasts. Partitions
+            // are left as the records read say: a high watermark may be
+            // stale, and flagging partitions behind here slowed rounds to
+            // a third of their rate at 300 clusters.
+            self.update_guard(reading);
+            return Ok(());
+        }
+        for (topic, partition) in self.detector.behind_partitions() {
             let read_live = reading
                 .partitions()
                 .any(|(t, p)| t == topic && p == partition);
@@ -377,17 +378,10 @@ impl Processor for DetectorProcessor {
             self.round.caught_up.retain(|c| *c != p);
             self.round.behind.push(p);
         }
-        let lag = reading
-            .partitions()
-            .filter_map(|(topic, partition)| reading.lag(topic, partition))
-            .max()
-            .unwrap_or(0);
-        self.guard.update(lag, self.detector.partition_delay_ms());
+        self.update_guard(reading);
         if let Some(text) = self.rules_watch.poll(Instant::now()) {
             self.round.rules = Some(text);
         }
-        self.outage.update_time(reading.status.now);
-        self.publish_hold();
         if self.outage.held() || self.guard.held() {
             return Ok(());
         }
@@ -399,6 +393,18 @@ impl Processor for DetectorProcessor {
 }
 
 impl DetectorProcessor {
+    /// The lag guard and the outage hold, from the reader's lag and state.
+    fn update_guard(&mut self, reading: &Reading<'_>) {
+        let lag = reading
+            .partitions()
+            .filter_map(|(topic, partition)| reading.lag(topic, partition))
+            .max()
+            .unwrap_or(0);
+        self.guard.update(lag, self.detector.partition_delay_ms());
+        self.outage.update_time(reading.status.now);
+        self.publish_hold();
+    }
+
     /// Tells operators (log, metric) when the silence timers' hold changes;
     /// the detector itself learns it from the next round.
     fn publish_hold(&mut self) {
