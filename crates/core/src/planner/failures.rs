@@ -1,8 +1,10 @@
 //! Failures as planner input: escalation of repeats, node health, and the
 //! cluster's isolation limit.
 
-use super::config::PlannerConfig;
-use super::{ClusterState, Health, Hit, Node, Plan, Planned, Policy, RecentFault, Step, policy};
+use super::config::{PlannerConfig, PolicyName};
+use super::{
+    ClusterState, Health, Hit, Node, Plan, Planned, Policy, RecentFault, Step, policy, stragglers,
+};
 use crate::records::{FailureEvent, Severity};
 
 /// The blast-radius window: isolations are counted over an hour.
@@ -180,6 +182,12 @@ pub(super) fn plan_failure(
                 hit.kind.symbol()
             ),
         );
+    }
+    // Unicron prices a measured straggler: replace it or keep it.
+    if policy.name() == PolicyName::Unicron
+        && let Some(plan) = stragglers::answer(config, state, hit, &policy::describe(hit))
+    {
+        return plan;
     }
     policy.on_failure(config, state, hit)
 }

@@ -9,7 +9,6 @@ use crate::records::{CommandAction, FailureKind, Severity};
 use super::config::{PlannerConfig, PolicyName};
 use super::replan::{self, Action, Plan};
 use super::state::{ClusterState, JobStatus};
-use super::stragglers;
 
 /// A failure as a policy sees it, after escalation.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,7 +117,8 @@ pub(crate) fn return_action(node: &str) -> Action {
 }
 
 /// Unicron: SEV3 reattempt in place, SEV2 restart from the nearest replica,
-/// SEV1 isolate and re-plan every job with the dynamic programme.
+/// SEV1 isolate and re-plan every job with the dynamic programme. (A
+/// measured straggler is priced before this, in `stragglers`.)
 pub struct Unicron;
 
 impl Policy for Unicron {
@@ -128,9 +128,6 @@ impl Policy for Unicron {
 
     fn on_failure(&self, config: &PlannerConfig, state: &mut ClusterState, hit: &Hit) -> Plan {
         let what = describe(hit);
-        if let Some(plan) = stragglers::answer(config, state, hit, &what) {
-            return plan;
-        }
         match (hit.severity, hit.job.as_deref(), hit.node.as_deref()) {
             (Severity::Sev1, _, Some(node)) => {
                 let lost_from = replan::isolate(state, node);
