@@ -13,6 +13,20 @@ fn with(config: PlannerConfig) -> Planner {
     Planner::new(config, CommandSigner::from_seed("test", [1; 32]))
 }
 
+/// A planner with pre-flight checks on, and `nodes` joined and checked.
+fn checked_pool(nodes: &[&str]) -> (Planner, Feed) {
+    let config = PlannerConfig {
+        preflight: true,
+        ..PlannerConfig::default()
+    };
+    let (mut p, mut feed) = (with(config), Feed::new());
+    for n in nodes {
+        p.apply(&feed.node_joined("a", n));
+        p.apply(&checked(&mut feed, n, 100.0, &[]));
+    }
+    (p, feed)
+}
+
 fn checked(feed: &mut Feed, node: &str, gflops: f64, failures: &[&str]) -> Input {
     let mut event = ClusterEvent::new("a", feed.tick(1), ClusterEventKind::NodeChecked);
     event.node = Some(node.into());
@@ -82,13 +96,7 @@ fn a_node_is_placed_only_after_its_check_passes() {
 
 #[test]
 fn the_pairwise_all_reduce_meets_at_the_checked_node() {
-    let config = PlannerConfig {
-        preflight: true,
-        ..PlannerConfig::default()
-    };
-    let (mut p, mut feed) = (with(config), Feed::new());
-    p.apply(&feed.node_joined("a", "n1"));
-    p.apply(&checked(&mut feed, "n1", 100.0, &[]));
+    let (mut p, mut feed) = checked_pool(&["n1"]);
     let out = p.apply(&feed.node_joined("a", "n2"));
     let check = &commands(&out)[0];
     assert_eq!(check.nodes, ["n2", "n1"]);
@@ -99,15 +107,7 @@ fn the_pairwise_all_reduce_meets_at_the_checked_node() {
 
 #[test]
 fn a_repaired_node_that_fails_its_check_is_isolated_again_and_never_placed() {
-    let config = PlannerConfig {
-        preflight: true,
-        ..PlannerConfig::default()
-    };
-    let (mut p, mut feed) = (with(config), Feed::new());
-    for n in ["n1", "n2", "n3"] {
-        p.apply(&feed.node_joined("a", n));
-        p.apply(&checked(&mut feed, n, 100.0, &[]));
-    }
+    let (mut p, mut feed) = checked_pool(&["n1", "n2", "n3"]);
     p.apply(&feed.job("a", "j", 8, 24, 3, &[(8, 1.0e15), (24, 3.0e15)]));
     assert_eq!(nodes_of(&p, "j"), ["n1", "n2", "n3"]);
     let isolate = commands(&p.apply(&feed.failure("a", "n2", FailureKind::EccError)))[0].clone();
@@ -281,15 +281,7 @@ fn a_straggler_stays_when_replacing_it_does_not_pay() {
 
 #[test]
 fn an_isolation_answered_after_the_repair_leaves_the_node_to_its_check() {
-    let config = PlannerConfig {
-        preflight: true,
-        ..PlannerConfig::default()
-    };
-    let (mut p, mut feed) = (with(config), Feed::new());
-    for n in ["n1", "n2", "n3"] {
-        p.apply(&feed.node_joined("a", n));
-        p.apply(&checked(&mut feed, n, 100.0, &[]));
-    }
+    let (mut p, mut feed) = checked_pool(&["n1", "n2", "n3"]);
     let isolate = commands(&p.apply(&feed.failure("a", "n2", FailureKind::EccError)))[0].clone();
     // Its agent was down: the repair comes before the isolation's answer.
     p.apply(&feed.node_event("a", "n2", ClusterEventKind::NodeRepaired, "fixed"));
