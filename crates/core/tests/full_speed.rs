@@ -92,6 +92,10 @@ fn a_node_is_placed_only_after_its_check_passes() {
     p.apply(&feed.node_joined("a", "n9"));
     let out = p.apply(&checked(&mut feed, "n9", 100.0, &[]));
     assert_eq!(nodes_of(&p, "k"), ["n9"], "{}", decision(&out).reason);
+    // A "repaired" node that was never out stays in service, unchecked.
+    let out = p.apply(&feed.node_event("a", "n1", ClusterEventKind::NodeRepaired, "idle"));
+    assert!(commands(&out).is_empty(), "{}", decision(&out).reason);
+    assert_eq!(health(&p, "n1"), Health::Healthy);
 }
 
 #[test]

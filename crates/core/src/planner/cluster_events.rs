@@ -185,7 +185,9 @@ pub(super) fn on_cluster_event(
                 // A (re)started agent holds no snapshots.
                 snapshots::forget_node(state, &id);
             }
-            if config.preflight && (!known || repaired || recheck) {
+            // Checked: a new node, one back from repair, one whose check
+            // was lost (its agent restarted). A node in service is not.
+            if config.preflight && (!known || (repaired && taken_out) || recheck) {
                 if let Some(node) = state.nodes.get_mut(&id) {
                     node.give_back_on_pass |= repaired && isolated;
                 }
