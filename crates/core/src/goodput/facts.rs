@@ -69,7 +69,16 @@ impl JobFacts {
         self.finished_ms = Some(self.finished_ms.map_or(time_ms, |t| t.max(time_ms)));
     }
 
+    /// A decision's size for the job. Every decision names every job of
+    /// its cluster: only a change is kept (a cluster's decisions are read
+    /// in order), so the bound holds sizes, not decisions.
     pub fn placed(&mut self, time_ms: i64, gpus: u32) {
+        if let Some(last) = self.sizes.back_mut()
+            && last.1 == gpus
+        {
+            last.0 = last.0.min(time_ms);
+            return;
+        }
         push_bounded(&mut self.sizes, (time_ms, gpus));
     }
 
