@@ -442,6 +442,26 @@ fn the_rank_slow_in_its_own_compute_is_the_straggler_not_those_that_wait() {
 }
 
 #[test]
+fn a_job_that_reports_every_tenth_step_is_judged_on_its_reports() {
+    let mut h = Harness::new();
+    for report in 0..40 {
+        let it = report * 10;
+        for rank in 0..4 {
+            let compute = if rank == 3 && report >= 10 {
+                160.0
+            } else {
+                100.0
+            };
+            h.step(rank, it, T0 + it * 200, 180.0, compute);
+        }
+    }
+    let found = h.stragglers();
+    assert_eq!(found.len(), 1, "{:#?}", h.failures);
+    assert_eq!(found[0].node.as_deref(), Some("n3"));
+    assert_eq!(found[0].slowdown, Some(1.6));
+}
+
+#[test]
 fn a_job_slow_on_every_rank_or_for_one_step_has_no_straggler() {
     let mut h = Harness::new();
     synchronous(&mut h, |_, it| if it >= 10 { 180.0 } else { 100.0 });
@@ -454,6 +474,87 @@ fn a_job_slow_on_every_rank_or_for_one_step_has_no_straggler() {
         |rank, it| if rank == 1 && it == 25 { 900.0 } else { 100.0 },
     );
     assert!(h.stragglers().is_empty(), "{:#?}", h.failures);
+}
+
+/// Three real gloo ranks' own compute (ms) on one machine, every rank's
+/// worker put under the same CPU quota at the 8th step and freed at the
+/// 34th. The step each change lands in finds every rank at another point
+/// of its work (221.6 against 109.4 and 39.0), and a rank's median over a
+/// window that straddles the change can land on that step: 221.6 against
+/// its peers' 109.4 was once read as a straggler twice as slow.
+const HELD_BACK_ALIKE: [[f64; 3]; 40] = [
+    [36.1, 25.6, 34.9],
+    [38.6, 31.1, 27.5],
+    [40.1, 27.7, 38.8],
+    [34.5, 25.5, 41.4],
+    [41.9, 28.8, 38.9],
+    [26.5, 44.2, 37.7],
+    [43.4, 40.5, 32.9],
+    [549.4, 707.0, 717.0],
+    [619.6, 759.6, 909.1],
+    [511.7, 854.4, 770.7],
+    [550.0, 669.5, 740.1],
+    [620.4, 729.3, 710.1],
+    [628.7, 789.6, 768.2],
+    [541.6, 841.2, 810.3],
+    [710.6, 1009.2, 949.0],
+    [611.9, 1033.2, 946.2],
+    [749.6, 1218.9, 1029.0],
+    [618.1, 968.3, 900.0],
+    [701.3, 869.6, 919.4],
+    [601.8, 949.3, 766.9],
+    [589.5, 949.0, 869.3],
+    [672.6, 949.9, 988.1],
+    [602.5, 900.8, 909.0],
+    [734.9, 1009.9, 1009.7],
+    [711.1, 1260.7, 1252.7],
+    [693.3, 929.8, 1029.3],
+    [562.7, 1049.9, 1209.3],
+    [1020.0, 1168.1, 1749.3],
+    [669.9, 813.2, 848.5],
+    [699.6, 973.7, 1029.6],
+    [710.8, 1029.7, 1187.8],
+    [852.2, 1087.9, 1150.1],
+    [699.9, 1069.5, 929.8],
+    [221.6, 109.4, 39.0],
+    [45.1, 50.8, 38.0],
+    [26.7, 40.4, 33.7],
+    [26.5, 48.9, 46.9],
+    [38.8, 28.1, 37.6],
+    [29.4, 40.8, 39.0],
+    [38.8, 45.7, 30.6],
+];
+
+#[test]
+fn a_window_straddling_a_change_on_every_rank_has_no_straggler() {
+    let config = DetectorConfig {
+        straggler_factor: 1.5,
+        straggler_window: 10,
+        ..slow_timers()
+    };
+    let feed = |held_back: Option<usize>| {
+        let mut h = Harness::with(config.clone());
+        let mut t = T0;
+        for (it, computes) in HELD_BACK_ALIKE.iter().enumerate() {
+            let slowest = computes.iter().copied().fold(0.0, f64::max);
+            t += slowest as i64 + 60;
+            for rank in 0..3 {
+                // The control: rank `r` alone held back, its peers calm.
+                let compute = match held_back {
+                    Some(r) if r != rank && it >= 7 => HELD_BACK_ALIKE[it % 7][rank],
+                    _ => computes[rank],
+                };
+                h.step(rank as i32, it as i64, t, slowest + 60.0, compute);
+            }
+        }
+        h
+    };
+    let alike = feed(None);
+    assert!(alike.stragglers().is_empty(), "{:#?}", alike.failures);
+    let one = feed(Some(1));
+    let found = one.stragglers();
+    assert_eq!(found.len(), 1, "{:#?}", one.failures);
+    assert_eq!(found[0].node.as_deref(), Some("n1"));
 }
 
 #[test]

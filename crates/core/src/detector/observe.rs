@@ -333,6 +333,7 @@ fn on_agent(
                             node,
                             rank_ms,
                             median_ms,
+                            slowdown,
                             compute,
                         } => (
                             FailureKind::Straggler,
@@ -343,7 +344,7 @@ fn on_agent(
                                 "rank {rank} {} {rank_ms:.0} ms against its peers' median {median_ms:.0} ms",
                                 if compute { "computes in" } else { "steps in" }
                             ),
-                            Some(rank_ms / median_ms),
+                            Some(slowdown),
                         ),
                     };
                     Candidate {

@@ -49,28 +49,38 @@ impl RankProgress {
             self.recent.pop_back();
         }
         self.recent.push_back((iteration, figure_ms));
-        while self.recent.len() > window {
+        // Twice the window: a rank read ahead of its peers still has the
+        // iterations they are judged on.
+        while self.recent.len() > 2 * window {
             self.recent.pop_front();
         }
     }
 
-    /// The median over the `window` iterations up to `iteration`, when
-    /// this rank has them all: one slow step (a snapshot, a collective
-    /// that waited) does not move it.
-    fn typical(&self, iteration: i64, window: usize) -> Option<f64> {
-        let from = iteration - window as i64;
-        let mut figures: Vec<f64> = self
+    /// This rank's figure at `iteration`, when it reported one.
+    fn at(&self, iteration: i64) -> Option<f64> {
+        self.recent
+            .binary_search_by_key(&iteration, |(i, _)| *i)
+            .ok()
+            .map(|k| self.recent[k].1)
+    }
+
+    /// The `window` newest iterations this rank reported, up to `iteration`.
+    fn window_to(&self, iteration: i64, window: usize) -> Option<Vec<i64>> {
+        let upto: Vec<i64> = self
             .recent
             .iter()
-            .filter(|(i, _)| *i > from && *i <= iteration)
-            .map(|(_, f)| *f)
+            .map(|(i, _)| *i)
+            .filter(|i| *i <= iteration)
             .collect();
-        if figures.len() < window {
-            return None;
-        }
-        figures.sort_by(f64::total_cmp);
-        Some(figures[figures.len() / 2])
+        (upto.len() >= window && upto.last() == Some(&iteration))
+            .then(|| upto[upto.len() - window..].to_vec())
     }
+}
+
+/// The upper median (one slow step in two does not move it down).
+fn upper_median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// Progress of one job.
@@ -111,6 +121,8 @@ pub enum ProgressSignal {
         node: String,
         rank_ms: f64,
         median_ms: f64,
+        /// The median of its figure over its peers' median, step by step.
+        slowdown: f64,
         compute: bool,
     },
 }
@@ -167,50 +179,75 @@ impl JobProgress {
         }
         entry.last_iteration = entry.last_iteration.max(iteration);
         entry.push(iteration, figure.unwrap_or(time_ms), window);
-        signals.extend(self.stragglers(iteration, straggler_factor, window, figure.is_some()));
+        signals.extend(self.stragglers(
+            rank,
+            iteration,
+            straggler_factor,
+            window,
+            figure.is_some(),
+        ));
         signals
     }
 
     /// Judges every rank on the same iterations, once each active rank has
-    /// reported `iteration`: ranks read at different moments of a change
-    /// that struck them all would otherwise look apart.
+    /// reported `iteration`. A rank's slowdown is the median, over the
+    /// window, of its figure at an iteration against its peers' median at
+    /// that same iteration: ranks read at different moments of a change
+    /// that struck them all, or a window that straddles the change, would
+    /// otherwise look apart (the iteration a change lands in finds each
+    /// rank at another point of its step).
     fn stragglers(
         &mut self,
+        reporter: i32,
         iteration: i64,
         factor: f64,
         window: usize,
         compute: bool,
     ) -> Vec<ProgressSignal> {
+        let Some(iterations) = self
+            .ranks
+            .get(&reporter)
+            .and_then(|r| r.window_to(iteration, window))
+        else {
+            return Vec::new();
+        };
         // Ranks still in the job: heard within the window.
-        let active = |r: &RankProgress| r.last_iteration > iteration - window as i64;
-        let mut typical = Vec::new();
-        for (rank, progress) in self.ranks.iter().filter(|(_, r)| active(r)) {
-            match progress.typical(iteration, window) {
-                Some(t) => typical.push((*rank, t)),
+        let from = iterations[0];
+        let mut rows: Vec<(i32, Vec<f64>)> = Vec::new();
+        for (rank, progress) in self.ranks.iter().filter(|(_, r)| r.last_iteration >= from) {
+            let row: Option<Vec<f64>> = iterations.iter().map(|i| progress.at(*i)).collect();
+            match row {
+                Some(row) => rows.push((*rank, row)),
                 None => return Vec::new(), // not every rank is there yet
             }
         }
-        if typical.len() < 3 {
+        if rows.len() < 3 {
             return Vec::new(); // no meaningful median of peers
         }
+        let ratios = paired_ratios(&rows);
+        let typical: Vec<f64> = rows
+            .iter()
+            .map(|(_, row)| upper_median(&mut row.clone()))
+            .collect();
         let mut signals = Vec::new();
-        for (rank, mine) in &typical {
-            let mut peers: Vec<f64> = typical
-                .iter()
-                .filter(|(r, _)| r != rank)
-                .map(|(_, t)| *t)
-                .collect();
-            peers.sort_by(f64::total_cmp);
-            let median = peers[peers.len() / 2];
+        for (k, (rank, _)) in rows.iter().enumerate() {
+            let slowdown = upper_median(&mut ratios[k].clone());
             let entry = self.ranks.get_mut(rank).expect("listed above");
-            if median > 0.0 && *mine > factor * median {
+            if slowdown > factor {
                 if !entry.straggling {
                     entry.straggling = true;
+                    let mut peers: Vec<f64> = typical
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != k)
+                        .map(|(_, t)| *t)
+                        .collect();
                     signals.push(ProgressSignal::Straggler {
                         rank: *rank,
                         node: entry.node.clone(),
-                        rank_ms: *mine,
-                        median_ms: median,
+                        rank_ms: typical[k],
+                        median_ms: upper_median(&mut peers),
+                        slowdown,
                         compute,
                     });
                 }
@@ -238,4 +275,33 @@ impl JobProgress {
         let first = behind.next()?;
         (behind.next().is_none() && self.ranks.len() > 1).then_some(first.node.as_str())
     }
+}
+
+/// For each rank (row) and iteration (column): its figure over the upper
+/// median of the other ranks' figures at that iteration (1 where that
+/// median is not positive: no evidence either way).
+fn paired_ratios(rows: &[(i32, Vec<f64>)]) -> Vec<Vec<f64>> {
+    let columns = rows[0].1.len();
+    let mut ratios = vec![Vec::with_capacity(columns); rows.len()];
+    let middle = (rows.len() - 1) / 2; // the peers' upper median, by index
+    for c in 0..columns {
+        let mut column: Vec<f64> = rows.iter().map(|(_, row)| row[c]).collect();
+        column.sort_by(f64::total_cmp);
+        for (k, (_, row)) in rows.iter().enumerate() {
+            let mine = row[c];
+            // Leaving out one copy of `mine` shifts what lies above it.
+            let below_or_at = column.partition_point(|v| v.total_cmp(&mine).is_le());
+            let peers_median = if below_or_at - 1 > middle {
+                column[middle]
+            } else {
+                column[middle + 1]
+            };
+            ratios[k].push(if peers_median > 0.0 {
+                mine / peers_median
+            } else {
+                1.0
+            });
+        }
+    }
+    ratios
 }
