@@ -390,8 +390,9 @@ fn a_real_job_keeps_full_speed_with_checks_a_spare_and_a_straggler_replaced() {
     let mut measured = Vec::new();
 
     // 2. Every rank held back alike: slower, and no straggler.
+    let calm = now_ms();
+    let before_ms = step_ms(&brokers, calm - 8_000, calm);
     let t = now_ms();
-    let before_ms = step_ms(&brokers, t - 8_000, t);
     let alike: Vec<Throttle> = layout
         .iter()
         .map(|node| {
@@ -438,9 +439,11 @@ fn a_real_job_keeps_full_speed_with_checks_a_spare_and_a_straggler_replaced() {
     // its place, and the step time comes back.
     std::thread::sleep(Duration::from_secs(5));
     let victim = layout[1].clone();
-    let t = now_ms();
-    let before_ms_2 = step_ms(&brokers, t - 5_000, t);
+    // Reading the topic takes a while: the clock starts after it.
+    let calm = now_ms();
+    let before_ms_2 = step_ms(&brokers, calm - 5_000, calm);
     let slow = Throttle::new("victim");
+    let t = now_ms();
     slow.add(worker_pid(dir, &victim));
     let straggler = wait_for("the straggler", Duration::from_secs(90), || {
         failures(&brokers)
@@ -572,8 +575,9 @@ fn a_real_job_keeps_full_speed_with_checks_a_spare_and_a_straggler_replaced() {
     let lost = placement(&brokers)[0].clone();
     let pid = worker_pid(dir, &lost);
     let before = failures(&brokers).len();
+    let calm = now_ms();
+    let before_ms_3 = step_ms(&brokers, calm - 5_000, calm);
     let t = now_ms();
-    let before_ms_3 = step_ms(&brokers, t - 5_000, t);
     drop(agents.remove(&lost)); // SIGKILL of the agent
     signal(pid, "KILL");
     let loss = wait_for("the node loss", Duration::from_secs(60), || {
@@ -592,8 +596,24 @@ fn a_real_job_keeps_full_speed_with_checks_a_spare_and_a_straggler_replaced() {
         "the spare: {:?}",
         moved.nodes
     );
-    // Every rank of a start since the re-plan restored: the re-plan's own,
-    // or a restart after it (a peer's exit read as a second fault).
+    // The rank now on the spare takes the lost rank's state from its
+    // replica, kept by a surviving node.
+    let plan = moved.snapshots.as_ref().expect("a restore plan");
+    let plan_step = plan.step.expect("from a snapshot, not the disk checkpoint");
+    let spare_rank = moved.nodes.iter().position(|n| n == &victim).unwrap() as i32;
+    let source = plan
+        .sources
+        .iter()
+        .find(|s| s.rank == spare_rank)
+        .expect("a source for every rank");
+    assert!(
+        source.node != victim && source.node != lost,
+        "the replica on a surviving node: {plan:#?}"
+    );
+    // Every rank of one start since the re-plan restored, none from disk:
+    // the re-plan's own start, or a restart after it (a peer's exit read
+    // as a second fault), which finds the replica the spare fetched in
+    // its memory.
     let restored: Vec<RestoreReport> =
         wait_for("every rank's restore", Duration::from_secs(120), || {
             let starts: Vec<String> = commands(&brokers)
@@ -606,15 +626,30 @@ fn a_real_job_keeps_full_speed_with_checks_a_spare_and_a_straggler_replaced() {
                 .filter_map(|e| e.restored.map(|r| *r))
                 .filter(|r| starts.contains(&r.command_id))
                 .collect();
-            let complete = r
-                .iter()
-                .any(|one| r.iter().filter(|o| o.command_id == one.command_id).count() == 3);
-            complete.then_some(r)
+            starts.iter().find_map(|start| {
+                let of: Vec<RestoreReport> = r
+                    .iter()
+                    .filter(|o| &o.command_id == start)
+                    .cloned()
+                    .collect();
+                (of.len() == 3).then_some(of)
+            })
         });
-    assert!(
-        restored.iter().any(|r| r.source.starts_with("replica:")),
-        "the lost rank from its replica: {restored:#?}"
-    );
+    for report in &restored {
+        assert!(
+            report.step.is_some_and(|s| s >= plan_step)
+                && (report.source == "memory" || report.source.starts_with("replica:")),
+            "every rank from a snapshot at step {plan_step} or later: {restored:#?}"
+        );
+    }
+    if restored[0].command_id == moved.id {
+        assert!(
+            restored
+                .iter()
+                .any(|r| r.rank == spare_rank && r.source == format!("replica:{}", source.node)),
+            "the spare's rank from the replica: {restored:#?}"
+        );
+    }
     std::thread::sleep(Duration::from_secs(10));
     let resumed = iterations(&brokers, moved.time_ms)
         .iter()
