@@ -213,8 +213,12 @@ impl JobProgress {
         };
         // Ranks still in the job: heard within the window.
         let from = iterations[0];
+        let active = || self.ranks.iter().filter(|(_, r)| r.last_iteration >= from);
+        if active().any(|(_, r)| r.at(iteration).is_none()) {
+            return Vec::new(); // not every rank is there yet (a cheap test first)
+        }
         let mut rows: Vec<(i32, Vec<f64>)> = Vec::new();
-        for (rank, progress) in self.ranks.iter().filter(|(_, r)| r.last_iteration >= from) {
+        for (rank, progress) in active() {
             let row: Option<Vec<f64>> = iterations.iter().map(|i| progress.at(*i)).collect();
             match row {
                 Some(row) => rows.push((*rank, row)),
