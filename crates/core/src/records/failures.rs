@@ -66,7 +66,8 @@ pub struct FailureEvent {
     pub evidence: Vec<Evidence>,
     pub first_evidence_ms: i64,
     pub detected_ms: i64,
-    /// `straggler`: the node's compute time over its peers' median.
+    /// `straggler`: the median, over recent steps, of the node's compute
+    /// time over its peers' median at that step.
     #[serde(default)]
     pub slowdown: Option<f64>,
 }
