@@ -228,14 +228,14 @@ impl JobProgress {
         if rows.len() < 3 {
             return Vec::new(); // no meaningful median of peers
         }
-        let ratios = paired_ratios(&rows);
+        let mut ratios = paired_ratios(&rows);
         let typical: Vec<f64> = rows
             .iter()
             .map(|(_, row)| upper_median(&mut row.clone()))
             .collect();
         let mut signals = Vec::new();
         for (k, (rank, _)) in rows.iter().enumerate() {
-            let slowdown = upper_median(&mut ratios[k].clone());
+            let slowdown = upper_median(&mut ratios[k]);
             let entry = self.ranks.get_mut(rank).expect("listed above");
             if slowdown > factor {
                 if !entry.straggling {
